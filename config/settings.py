@@ -1,0 +1,126 @@
+"""Settings read from the environment.
+
+DATABASE_URL picks the database (PostgreSQL in production); without it a fresh checkout runs on an
+SQLite file under var/ in WAL mode with IMMEDIATE transactions, so concurrent workers queue on the
+write lock instead of failing with "database is locked" halfway through a transaction.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("REDRIVE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "redrive-insecure-development-key-change-me")
+DEBUG = os.environ.get("DEBUG", "0") == "1"
+ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "jobqueue",
+    "deadletters",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "config.wsgi.application"
+
+SQLITE_PATH = VAR_DIR / "redrive.sqlite3"
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{SQLITE_PATH}", conn_max_age=0, conn_health_checks=True
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # Worker subprocesses in the tests must see the test database, so it lives in a file.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/deadletters/"
+LOGOUT_REDIRECT_URL = "login"
+
+TASKS = {
+    "default": {
+        "BACKEND": "jobqueue.backend.DatabaseBackend",
+        "QUEUES": [],  # any queue name
+        "OPTIONS": {},
+    }
+}
+
+# Retry and lease policy for jobs; each task may override max_attempts, timeout and backoff.
+JOBQUEUE = {
+    "MAX_ATTEMPTS": int(os.environ.get("JOBQUEUE_MAX_ATTEMPTS", 5)),
+    "BACKOFF_BASE": float(os.environ.get("JOBQUEUE_BACKOFF_BASE", 1.0)),
+    "BACKOFF_CAP": float(os.environ.get("JOBQUEUE_BACKOFF_CAP", 3600.0)),
+    "LEASE_SECONDS": float(os.environ.get("JOBQUEUE_LEASE_SECONDS", 30.0)),
+    "POLL_INTERVAL": float(os.environ.get("JOBQUEUE_POLL_INTERVAL", 1.0)),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "jobqueue": {
+            "handlers": ["console"],
+            "level": os.environ.get("JOBQUEUE_LOG_LEVEL", "INFO"),
+        },
+        "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+    },
+}

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DeadlettersConfig(AppConfig):
+    name = "deadletters"
+    verbose_name = "Dead letters"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,176 @@
+"""A django.tasks backend whose `enqueue` writes a job row in the caller's transaction.
+
+    TASKS = {"default": {"BACKEND": "jobqueue.backend.DatabaseBackend"}}
+
+    from django.tasks import task
+
+    @task(max_attempts=3, timeout=30)
+    def send_receipt(payment_id: int): ...
+
+    with transaction.atomic():
+        payment = Payment.objects.create(...)
+        send_receipt.using(idempotency_key=f"receipt:{payment.id}").enqueue(payment.id)
+
+`@task` passes its extra keyword arguments to the backend's `task_class`, so the retry policy
+(`max_attempts`, `timeout`, `backoff_base`, `backoff_cap`) sits on the task where Django users
+look for options, and the idempotency key is one more `using()` option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from django.conf import settings
+from django.tasks import Task as DjangoTask
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from jobqueue import store
+from jobqueue.models import Job, JobState
+
+
+def policy(name: str):
+    defaults = {
+        "MAX_ATTEMPTS": 5,
+        "BACKOFF_BASE": 1.0,
+        "BACKOFF_CAP": 3600.0,
+        "LEASE_SECONDS": 30.0,
+        "POLL_INTERVAL": 1.0,
+    }
+    return getattr(settings, "JOBQUEUE", {}).get(name, defaults[name])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task(DjangoTask):
+    max_attempts: int | None = None  # None: settings.JOBQUEUE["MAX_ATTEMPTS"]
+    timeout: float | None = None  # seconds a handler may run before the worker gives up on it
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
+    idempotency_key: str | None = None
+
+    def using(self, *, idempotency_key=None, **changes):
+        task = DjangoTask.using(self, **changes)
+        if idempotency_key is not None:
+            task = replace(task, idempotency_key=str(idempotency_key))
+        return task
+
+    @property
+    def attempt_budget(self) -> int:
+        return self.max_attempts or policy("MAX_ATTEMPTS")
+
+
+STATUS = {
+    JobState.READY: TaskResultStatus.READY,
+    JobState.RUNNING: TaskResultStatus.RUNNING,
+    JobState.DONE: TaskResultStatus.SUCCESSFUL,
+    JobState.DEAD: TaskResultStatus.FAILED,
+}
+
+
+class DatabaseBackend(BaseTaskBackend):
+    task_class = Task
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        if not params.get("QUEUES"):
+            self.queues = set()  # every queue name is valid
+        self.database = self.options.get("DATABASE", "default")
+
+    def validate_task(self, task):
+        super().validate_task(task)
+        if task.max_attempts is not None and task.max_attempts < 1:
+            raise InvalidTask("max_attempts must be at least 1.")
+        if task.timeout is not None and task.timeout <= 0:
+            raise InvalidTask("timeout must be positive.")
+
+    def new_job(self, task, args, kwargs) -> store.NewJob:
+        self.validate_task(task)
+        try:
+            args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+            store.dumps([args, kwargs])
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from exc
+        return store.NewJob(
+            task_path=task.module_path,
+            args=args,
+            kwargs=kwargs,
+            queue_name=task.queue_name,
+            priority=task.priority,
+            run_after=task.run_after,
+            idempotency_key=getattr(task, "idempotency_key", None),
+            max_attempts=getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
+            backend=self.alias,
+        )
+
+    def enqueue(self, task, args, kwargs):
+        job, created = store.enqueue(self.new_job(task, args, kwargs), using=self.database)
+        result = self.result_for(job, task)
+        if created:
+            task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def enqueue_many(self, task, calls: Iterable[tuple[Iterable, dict]]) -> list[TaskResult]:
+        """Bulk enqueue one task with many argument sets, in one transaction.
+
+        backend.enqueue_many(send_receipt, [((1,), {}), ((2,), {})])
+        """
+        news = [self.new_job(task, args, kwargs) for args, kwargs in calls]
+        results = []
+        for job, created in store.enqueue_many(news, using=self.database):
+            result = self.result_for(job, task)
+            if created:
+                task_enqueued.send(type(self), task_result=result)
+            results.append(result)
+        return results
+
+    def get_result(self, result_id):
+        try:
+            job = Job.objects.using(self.database).get(pk=int(result_id))
+        except (Job.DoesNotExist, ValueError, TypeError) as exc:
+            raise TaskResultDoesNotExist(result_id) from exc
+        return self.result_for(job)
+
+    def result_for(self, job: Job, task: DjangoTask | None = None) -> TaskResult:
+        if task is None:
+            task = load_task(job.task_path)
+        task = replace(
+            task, queue_name=job.queue_name, priority=job.priority, run_after=job.run_after
+        )
+        result = TaskResult(
+            task=task,
+            id=str(job.pk),
+            status=STATUS[job.state],
+            enqueued_at=job.enqueued_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            last_attempted_at=job.last_attempted_at,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=self.alias,
+            errors=[
+                TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+                for e in job.errors
+            ],
+            worker_ids=list(job.worker_ids),
+        )
+        if job.state == JobState.DONE:
+            object.__setattr__(result, "_return_value", job.return_value)
+        return result
+
+
+def load_task(path: str) -> DjangoTask:
+    """Import the task a job names; raises ImportError/AttributeError/TypeError if it cannot."""
+    task = import_string(path)
+    if not isinstance(task, DjangoTask):
+        raise TypeError(f"{path} is a {type(task).__name__}, not a task")
+    return task

@@ -1,0 +1,57 @@
+import json
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.tasks.exceptions import InvalidTask
+from django.utils import timezone
+
+from jobqueue.backend import load_task
+
+
+def usage_error(message):
+    # Exit status 2 like any other usage error, with one line and no traceback.
+    return CommandError(message, returncode=2)
+
+
+def parse_json(option, text, kind):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise usage_error(f"{option} is not valid JSON: {exc}") from exc
+    if not isinstance(value, kind):
+        raise usage_error(f"{option} must be a JSON {'array' if kind is list else 'object'}")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Enqueue a task by its dotted path and print the new (or existing) job id."
+
+    def add_arguments(self, parser):
+        parser.add_argument("task_path", help="Dotted path of a @task function.")
+        parser.add_argument("--args", dest="task_args", default="[]", help="Positional arguments, a JSON array.")
+        parser.add_argument("--kwargs", dest="task_kwargs", default="{}", help="Keyword arguments, a JSON object.")
+        parser.add_argument("--key", default=None, help="Idempotency key.")
+        parser.add_argument("--queue", default=None)
+        parser.add_argument("--priority", type=int, default=None)
+        parser.add_argument("--delay", type=float, default=None, metavar="SECONDS")
+
+    def handle(self, *args, **opts):
+        task_args = parse_json("--args", opts["task_args"], list)
+        task_kwargs = parse_json("--kwargs", opts["task_kwargs"], dict)
+        try:
+            task = load_task(opts["task_path"])
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise usage_error(f"unknown task {opts['task_path']!r}: {exc}") from exc
+        try:
+            task = task.using(
+                queue_name=opts["queue"],
+                priority=opts["priority"],
+                run_after=timezone.now() + timedelta(seconds=opts["delay"])
+                if opts["delay"] is not None
+                else None,
+                **({"idempotency_key": opts["key"]} if opts["key"] is not None else {}),
+            )
+            result = task.enqueue(*task_args, **task_kwargs)
+        except (InvalidTask, TypeError, ValueError) as exc:
+            raise usage_error(str(exc)) from exc
+        self.stdout.write(result.id)

@@ -1,0 +1,85 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from jobqueue.worker import Worker
+
+
+def positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+class Command(BaseCommand):
+    help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--queue",
+            "-q",
+            action="append",
+            dest="queues",
+            metavar="Q",
+            help="Queue to take jobs from (repeatable). Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            "-c",
+            type=positive(int),
+            default=1,
+            help="Handler threads (default 1).",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=int,
+            default=None,
+            help="Jobs leased beyond the running ones (default 4 x concurrency).",
+        )
+        parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
+        parser.add_argument(
+            "--max-jobs",
+            type=positive(int),
+            default=None,
+            help="Exit after claiming this many jobs and finishing them.",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive(float),
+            default=None,
+            metavar="SECONDS",
+            help="Lease length of each claim (default settings.JOBQUEUE).",
+        )
+        parser.add_argument(
+            "--grace",
+            type=float,
+            default=30.0,
+            metavar="SECONDS",
+            help="How long a stop waits for running jobs (default 30).",
+        )
+        parser.add_argument(
+            "--poll",
+            type=positive(float),
+            default=None,
+            metavar="SECONDS",
+            help="Polling interval when idle (default settings.JOBQUEUE).",
+        )
+
+    def handle(self, *args, **opts):
+        if opts["prefetch"] is not None and opts["prefetch"] < 0:
+            raise CommandError("--prefetch must be 0 or more")
+        worker = Worker(
+            queues=opts["queues"],
+            concurrency=opts["concurrency"],
+            prefetch=opts["prefetch"],
+            burst=opts["burst"],
+            max_jobs=opts["max_jobs"],
+            lease_seconds=opts["lease"],
+            poll_interval=opts["poll"],
+            grace=opts["grace"],
+        )
+        worker.install_signal_handlers()
+        worker.run()

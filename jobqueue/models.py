@@ -1,0 +1,180 @@
+"""Durable queue records. Every write to them goes through jobqueue.store."""
+
+from django.db import models
+from django.db.models import Q
+
+
+class JobState(models.TextChoices):
+    READY = "ready", "Ready"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    DEAD = "dead", "Dead"
+
+
+class JobQuerySet(models.QuerySet):
+    def ready(self, now):
+        return self.filter(state=JobState.READY, run_after__lte=now)
+
+    def lease_expired(self, now):
+        return self.filter(state=JobState.RUNNING, locked_until__lte=now)
+
+
+class Job(models.Model):
+    task_path = models.CharField(max_length=255)
+    queue_name = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0)
+    backend = models.CharField(max_length=100, default="default")
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+
+    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.READY)
+    run_after = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+
+    lease_token = models.CharField(max_length=64, null=True, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=255, null=True, blank=True)
+    worker_ids = models.JSONField(default=list)
+
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # One entry per failed attempt:
+    # attempt, at, worker_id, exception_class_path, message, traceback.
+    errors = models.JSONField(default=list)
+    return_value = models.JSONField(null=True, blank=True)
+
+    # Set on jobs created by replaying a dead letter; ties the retry back to the operator's item.
+    replayed_from = models.ForeignKey(
+        "DeadLetter", null=True, blank=True, on_delete=models.SET_NULL, related_name="replay_jobs"
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The claim scans only due ready rows, best priority first: one index for workers
+            # that take every queue, one for workers bound to named queues.
+            models.Index(
+                fields=["-priority", "run_after", "id"],
+                name="jobqueue_job_ready_idx",
+                condition=Q(state="ready"),
+            ),
+            models.Index(
+                fields=["queue_name", "-priority", "run_after", "id"],
+                name="jobqueue_job_ready_queue_idx",
+                condition=Q(state="ready"),
+            ),
+            # The sweep looks only at leased rows.
+            models.Index(
+                fields=["locked_until"],
+                name="jobqueue_job_leased_idx",
+                condition=Q(state="running"),
+            ),
+            models.Index(fields=["state", "id"], name="jobqueue_job_state_idx"),
+        ]
+        constraints = [
+            # A key names one obligation: at most one job per key that is not dead.
+            # A dead job's key is carried by its dead letter, whose replay reuses it.
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False) & ~Q(state="dead"),
+                name="jobqueue_job_live_key_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="running", lease_token__isnull=False, locked_until__isnull=False)
+                | ~Q(state="running"),
+                name="jobqueue_job_running_has_lease",
+            ),
+        ]
+
+    def __str__(self):
+        return f"Job {self.pk} {self.task_path} [{self.state}]"
+
+    @property
+    def last_error(self):
+        return self.errors[-1] if self.errors else None
+
+
+class DeadLetterState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    REPLAYING = "replaying", "Replay pending"
+    REPLAYED = "replayed", "Replayed"
+    DISCARDED = "discarded", "Discarded"
+
+
+class DeadLetter(models.Model):
+    """A job that ran out of attempts or failed permanently, kept for investigation and replay.
+
+    One row per obligation: when a replayed job dies again the same row returns to pending, so
+    its replay count and error history follow the item across every cycle.
+    """
+
+    source = models.CharField(max_length=30, default="jobqueue")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    original_job_id = models.BigIntegerField(null=True, blank=True)
+    task_path = models.CharField(max_length=255)
+    queue_name = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0)
+    backend = models.CharField(max_length=100, default="default")
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    max_attempts = models.PositiveIntegerField(default=5)
+
+    attempts = models.PositiveIntegerField()
+    last_error = models.TextField()
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    errors = models.JSONField(default=list)
+
+    first_failed_at = models.DateTimeField()
+    dead_lettered_at = models.DateTimeField()
+
+    state = models.CharField(
+        max_length=10, choices=DeadLetterState.choices, default=DeadLetterState.PENDING
+    )
+    replays = models.PositiveIntegerField(default=0)
+    last_replayed_at = models.DateTimeField(null=True, blank=True)
+    replay_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    discarded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["task_path", "dead_lettered_at"],
+                name="jobqueue_dl_pending_idx",
+                condition=Q(state="pending"),
+            ),
+            models.Index(fields=["dead_lettered_at", "id"], name="jobqueue_dl_time_idx"),
+            models.Index(
+                fields=["task_path", "dead_lettered_at", "id"], name="jobqueue_dl_type_time_idx"
+            ),
+            models.Index(
+                fields=["state", "dead_lettered_at", "id"], name="jobqueue_dl_state_time_idx"
+            ),
+        ]
+
+    def __str__(self):
+        return f"DeadLetter {self.pk} {self.task_path} [{self.state}]"
+
+    @property
+    def payload(self):
+        return {"args": self.args, "kwargs": self.kwargs}
+
+
+class Execution(models.Model):
+    """An idempotency key recorded in the same transaction as the work it guards (seed 000)."""
+
+    idempotency_key = models.CharField(max_length=255, primary_key=True)
+    job_type = models.CharField(max_length=255, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    completed_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.idempotency_key

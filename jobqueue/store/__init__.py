@@ -1,0 +1,447 @@
+"""The only code that changes job, dead-letter and execution state.
+
+Every transition is a guarded UPDATE whose row count is checked: a worker may acknowledge, fail,
+extend or release a job only while `state = 'running' AND lease_token = its token AND
+locked_until > now`. A zero-row update means the lease was lost to the sweep or a newer owner;
+the caller logs and counts it and never overwrites the newer state.
+
+Statements whose SQL differs between PostgreSQL and SQLite (claim, batched acknowledgement and
+lease extension, keyed insert) live in `postgresql.py` and `sqlite.py`, once each; the rest is ORM.
+Every function takes `now` so tests can inject a clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
+
+from . import postgresql, sqlite
+
+SWEEP_LIMIT = 100
+
+
+def _dialect(using: str):
+    vendor = connections[using].vendor
+    if vendor == "postgresql":
+        return postgresql
+    if vendor == "sqlite":
+        return sqlite
+    raise NotImplementedError(f"jobqueue supports PostgreSQL and SQLite, not {vendor}")
+
+
+def dumps(value) -> str:
+    """JSON for a payload column; refuses anything JSON cannot carry (no pickle, ever)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    task_path: str
+    args: Sequence = ()
+    kwargs: dict = field(default_factory=dict)
+    queue_name: str = "default"
+    priority: int = 0
+    run_after: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int = 5
+    backend: str = "default"
+
+
+def enqueue(
+    new: NewJob, *, now: datetime | None = None, using: str = "default"
+) -> tuple[Job, bool]:
+    """Insert a ready job in the caller's transaction; returns (job, created).
+
+    With an idempotency key that a live (not dead) job already holds, nothing is inserted and
+    the existing job is returned, so a double submit yields one job.
+    """
+    return enqueue_many([new], now=now, using=using)[0]
+
+
+def enqueue_many(
+    news: Iterable[NewJob], *, now: datetime | None = None, using: str = "default"
+) -> list[tuple[Job, bool]]:
+    """Bulk enqueue: keyless jobs go in multi-row INSERTs, keyed ones one statement each."""
+    now = now or timezone.now()
+    dialect = _dialect(using)
+    news = list(news)
+    results: list[tuple[Job, bool] | None] = [None] * len(news)
+    with transaction.atomic(using=using):
+        keyless = [(i, n) for i, n in enumerate(news) if n.idempotency_key is None]
+        if keyless:
+            jobs = Job.objects.using(using).bulk_create(
+                [_job_from(n, now) for _, n in keyless], batch_size=1000
+            )
+            for (i, _), job in zip(keyless, jobs, strict=True):
+                results[i] = (job, True)
+        for i, n in enumerate(news):
+            if n.idempotency_key is None:
+                continue
+            job = _job_from(n, now)
+            job_id = dialect.insert_keyed(connections[using], job)
+            if job_id is None:
+                existing = (
+                    Job.objects.using(using)
+                    .exclude(state=JobState.DEAD)
+                    .get(idempotency_key=n.idempotency_key)
+                )
+                results[i] = (existing, False)
+            else:
+                job.pk = job_id
+                results[i] = (job, True)
+        queues = {job.queue_name for job, created in results if created and job.run_after <= now}
+        dialect.notify(connections[using], queues)
+    return results
+
+
+def _job_from(n: NewJob, now: datetime) -> Job:
+    dumps(list(n.args))
+    dumps(n.kwargs)
+    return Job(
+        task_path=n.task_path,
+        args=list(n.args),
+        kwargs=dict(n.kwargs),
+        queue_name=n.queue_name,
+        priority=n.priority,
+        backend=n.backend,
+        idempotency_key=n.idempotency_key,
+        max_attempts=n.max_attempts,
+        run_after=n.run_after or now,
+        enqueued_at=now,
+        state=JobState.READY,
+    )
+
+
+def claim(
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+    using: str = "default",
+    sweep: bool = True,
+) -> list[Job]:
+    """Lease up to `limit` due jobs in one short transaction; the handler runs after it commits.
+
+    The same transaction first sweeps expired leases: attempts left → ready again; final
+    attempt → dead letter, so a worker killed on its last attempt never leaves a row stuck.
+    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.)
+    """
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        if sweep:
+            sweep_expired(now=now, using=using)
+        if limit <= 0:
+            return []
+        return _dialect(using).claim(
+            connections[using],
+            worker_id=worker_id,
+            queues=list(queues) if queues else None,
+            limit=limit,
+            now=now,
+            lease_until=now + timedelta(seconds=lease_seconds),
+        )
+
+
+def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int:
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        expired = list(
+            Job.objects.using(using)
+            .lease_expired(now)
+            .select_for_update(skip_locked=True)
+            .order_by("locked_until")[:SWEEP_LIMIT]
+        )
+        for job in expired:
+            error = error_entry(
+                job,
+                class_path="jobqueue.errors.LeaseExpired",
+                message=f"lease held by {job.locked_by} expired at {job.locked_until.isoformat()}",
+                traceback="",
+                now=now,
+            )
+            _retire(
+                job,
+                error,
+                retry_at=now if job.attempts < job.max_attempts else None,
+                now=now,
+                using=using,
+                require_live_lease=False,
+            )
+    return len(expired)
+
+
+def error_entry(job: Job, *, class_path: str, message: str, traceback: str, now: datetime) -> dict:
+    return {
+        "attempt": job.attempts,
+        "at": now.isoformat(),
+        "worker_id": job.locked_by,
+        "exception_class_path": class_path,
+        "message": message,
+        "traceback": traceback,
+    }
+
+
+def _lease_guard(job: Job, now: datetime, using: str, *, live: bool = True):
+    qs = Job.objects.using(using).filter(
+        pk=job.pk, state=JobState.RUNNING, lease_token=job.lease_token
+    )
+    return qs.filter(locked_until__gt=now) if live else qs
+
+
+def acknowledge(
+    done: Sequence[tuple[Job, object]], *, now: datetime | None = None, using: str = "default"
+) -> set[int]:
+    """Mark finished jobs done in one statement; returns the ids whose lease was still ours."""
+    if not done:
+        return set()
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        acked = _dialect(using).acknowledge(
+            connections[using],
+            [(job.pk, job.lease_token, dumps(value)) for job, value in done],
+            now=now,
+        )
+        replayed = [job.pk for job, _ in done if job.replayed_from_id and job.pk in acked]
+        if replayed:
+            DeadLetter.objects.using(using).filter(
+                replay_job_id__in=replayed, state=DeadLetterState.REPLAYING
+            ).update(state=DeadLetterState.REPLAYED)
+    return acked
+
+
+def extend_leases(
+    jobs: Sequence[Job],
+    *,
+    lease_seconds: float,
+    now: datetime | None = None,
+    using: str = "default",
+) -> set[int]:
+    """Heartbeat: push locked_until forward for leases still ours; returns the ids kept."""
+    if not jobs:
+        return set()
+    now = now or timezone.now()
+    until = now + timedelta(seconds=lease_seconds)
+    with transaction.atomic(using=using):
+        kept = _dialect(using).extend(
+            connections[using], [(job.pk, job.lease_token) for job in jobs], now=now, until=until
+        )
+    for job in jobs:
+        if job.pk in kept:
+            job.locked_until = until
+    return kept
+
+
+def fail(
+    job: Job,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+    now: datetime | None = None,
+    using: str = "default",
+) -> bool:
+    """Record a failed attempt: ready again at `retry_at`, or dead-lettered when it is None.
+
+    Returns False (and changes nothing) if the lease is no longer ours.
+    """
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        return _retire(job, error, retry_at=retry_at, now=now, using=using)
+
+
+def _retire(job, error, *, retry_at, now, using, require_live_lease=True) -> bool:
+    errors = [*job.errors, error]
+    guard = _lease_guard(job, now, using, live=require_live_lease)
+    cleared = {"lease_token": None, "locked_until": None, "locked_by": None, "errors": errors}
+    if retry_at is not None:
+        return guard.update(state=JobState.READY, run_after=retry_at, **cleared) == 1
+    if guard.update(state=JobState.DEAD, finished_at=now, **cleared) != 1:
+        return False
+    job.errors = errors
+    _bury(job, now=now, using=using)
+    return True
+
+
+def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
+    """Write the dead letter in the transaction that retires the job."""
+    last = job.errors[-1]
+    fields = {
+        "attempts": job.attempts,
+        "last_error": last["message"] or last["exception_class_path"],
+        "error_class": last["exception_class_path"],
+        "traceback": last["traceback"],
+        "dead_lettered_at": now,
+        "state": DeadLetterState.PENDING,
+    }
+    if job.replayed_from_id:
+        letter = DeadLetter.objects.using(using).select_for_update().get(pk=job.replayed_from_id)
+        for name, value in fields.items():
+            setattr(letter, name, value)
+        letter.errors = [*letter.errors, *job.errors]
+        letter.save(using=using, update_fields=[*fields, "errors"])
+        return letter
+    return DeadLetter.objects.using(using).create(
+        job_id=job.pk,
+        original_job_id=job.pk,
+        task_path=job.task_path,
+        queue_name=job.queue_name,
+        priority=job.priority,
+        backend=job.backend,
+        args=job.args,
+        kwargs=job.kwargs,
+        idempotency_key=job.idempotency_key,
+        max_attempts=job.max_attempts,
+        errors=job.errors,
+        first_failed_at=datetime.fromisoformat(job.errors[0]["at"]),
+        **fields,
+    )
+
+
+def release(jobs: Sequence[Job], *, now: datetime | None = None, using: str = "default") -> int:
+    """Give leases back on graceful shutdown: claimable at once, the attempt not counted."""
+    now = now or timezone.now()
+    released = 0
+    with transaction.atomic(using=using):
+        for job in jobs:
+            released += _lease_guard(job, now, using).update(
+                state=JobState.READY,
+                run_after=now,
+                attempts=max(job.attempts - 1, 0),
+                worker_ids=job.worker_ids[:-1],
+                lease_token=None,
+                locked_until=None,
+                locked_by=None,
+            )
+    return released
+
+
+# Dead letters: the operations a console calls. Permission checks and the audit log belong to
+# the caller (deadletters.services), which wraps these in its own transaction.
+
+SKIP_REASONS = {
+    DeadLetterState.REPLAYING: "an earlier replay is still pending",
+    DeadLetterState.REPLAYED: "already replayed successfully",
+    DeadLetterState.DISCARDED: "discarded",
+}
+SKIP_KEY_HELD = "a live job already holds its idempotency key"
+SKIP_MISSING = "no such dead letter"
+
+
+@dataclass
+class Outcome:
+    """What a dead-letter operation did: `done` maps ids to the new job (None for a discard)."""
+
+    done: dict[int, Job | None] = field(default_factory=dict)
+    skipped: dict[int, str] = field(default_factory=dict)
+
+
+def replay(
+    dead_letter_ids: Iterable[int], *, now: datetime | None = None, using: str = "default"
+) -> Outcome:
+    """Make each pending dead letter a new ready job with the same task, payload and key.
+
+    The new job gets a fresh attempt budget and points back at its dead letter, which becomes
+    'replaying' until that job is done (→ 'replayed') or dies again (→ 'pending', replays kept).
+    Items not pending are skipped with the reason; nothing is replayed twice concurrently.
+    """
+    now = now or timezone.now()
+    ids = list(dict.fromkeys(dead_letter_ids))
+    outcome = Outcome()
+    with transaction.atomic(using=using):
+        letters = {
+            dl.pk: dl
+            for dl in DeadLetter.objects.using(using)
+            .select_for_update()
+            .filter(pk__in=ids)
+            .order_by("pk")
+        }
+        keys = {dl.idempotency_key for dl in letters.values() if dl.idempotency_key}
+        held = (
+            set(
+                Job.objects.using(using)
+                .filter(idempotency_key__in=keys)
+                .exclude(state=JobState.DEAD)
+                .values_list("idempotency_key", flat=True)
+            )
+            if keys
+            else set()
+        )
+        todo = []
+        for pk in ids:
+            letter = letters.get(pk)
+            if letter is None:
+                outcome.skipped[pk] = SKIP_MISSING
+            elif letter.state != DeadLetterState.PENDING:
+                outcome.skipped[pk] = SKIP_REASONS[letter.state]
+            elif letter.idempotency_key and letter.idempotency_key in held:
+                outcome.skipped[pk] = SKIP_KEY_HELD
+            else:
+                if letter.idempotency_key:
+                    held.add(letter.idempotency_key)
+                todo.append(letter)
+        jobs = Job.objects.using(using).bulk_create(
+            [
+                Job(
+                    task_path=dl.task_path,
+                    args=dl.args,
+                    kwargs=dl.kwargs,
+                    queue_name=dl.queue_name,
+                    priority=dl.priority,
+                    backend=dl.backend,
+                    idempotency_key=dl.idempotency_key,
+                    max_attempts=dl.max_attempts,
+                    run_after=now,
+                    enqueued_at=now,
+                    state=JobState.READY,
+                    replayed_from=dl,
+                )
+                for dl in todo
+            ]
+        )
+        for letter, job in zip(todo, jobs, strict=True):
+            letter.state = DeadLetterState.REPLAYING
+            letter.replays += 1
+            letter.last_replayed_at = now
+            letter.replay_job = job
+            outcome.done[letter.pk] = job
+        DeadLetter.objects.using(using).bulk_update(
+            todo, ["state", "replays", "last_replayed_at", "replay_job"]
+        )
+        _dialect(using).notify(connections[using], {job.queue_name for job in jobs})
+    return outcome
+
+
+def discard(
+    dead_letter_ids: Iterable[int], *, now: datetime | None = None, using: str = "default"
+) -> Outcome:
+    """Resolve pending dead letters without replay. Rows are kept, marked discarded."""
+    now = now or timezone.now()
+    ids = list(dict.fromkeys(dead_letter_ids))
+    outcome = Outcome()
+    with transaction.atomic(using=using):
+        letters = {
+            dl.pk: dl
+            for dl in DeadLetter.objects.using(using).select_for_update().filter(pk__in=ids)
+        }
+        todo = []
+        for pk in ids:
+            letter = letters.get(pk)
+            if letter is None:
+                outcome.skipped[pk] = SKIP_MISSING
+            elif letter.state != DeadLetterState.PENDING:
+                outcome.skipped[pk] = SKIP_REASONS[letter.state]
+            else:
+                todo.append(pk)
+                outcome.done[pk] = None
+        DeadLetter.objects.using(using).filter(pk__in=todo).update(
+            state=DeadLetterState.DISCARDED, discarded_at=now
+        )
+    return outcome

@@ -1,0 +1,122 @@
+"""PostgreSQL statements of the store: SKIP LOCKED claims and one-statement batch updates."""
+
+from jobqueue.models import Job
+
+NOTIFY_CHANNEL = "jobqueue"
+
+# MATERIALIZED makes the planner run the locking subquery exactly once: a bare
+# `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
+# example under a nested loop) and lease more than n rows.
+CLAIM = """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM jobqueue_job
+    WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobqueue_job AS j SET
+    state = 'running',
+    attempts = j.attempts + 1,
+    lease_token = gen_random_uuid()::text,
+    locked_until = %(lease_until)s,
+    locked_by = %(worker_id)s,
+    started_at = COALESCE(j.started_at, %(now)s),
+    last_attempted_at = %(now)s,
+    worker_ids = j.worker_ids || jsonb_build_array(%(worker_id)s::text)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.*
+"""
+
+ACKNOWLEDGE = """
+UPDATE jobqueue_job AS j SET
+    state = 'done', finished_at = %(now)s, return_value = v.result::jsonb,
+    lease_token = NULL, locked_until = NULL, locked_by = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::text[]) AS v(id, token, result)
+WHERE j.id = v.id AND j.state = 'running' AND j.lease_token = v.token
+  AND j.locked_until > %(now)s
+RETURNING j.id
+"""
+
+EXTEND = """
+UPDATE jobqueue_job AS j SET locked_until = %(until)s
+FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS v(id, token)
+WHERE j.id = v.id AND j.state = 'running' AND j.lease_token = v.token
+  AND j.locked_until > %(now)s
+RETURNING j.id
+"""
+
+INSERT_KEYED = """
+INSERT INTO jobqueue_job (
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
+    attempts, max_attempts, worker_ids, enqueued_at, errors
+) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]')
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
+DO NOTHING
+RETURNING id
+"""
+
+
+def claim(connection, *, worker_id, queues, limit, now, lease_until):
+    sql = CLAIM.format(queue_filter="AND queue_name = ANY(%(queues)s)" if queues else "")
+    params = {
+        "now": now,
+        "limit": limit,
+        "lease_until": lease_until,
+        "worker_id": worker_id,
+        "queues": queues,
+    }
+    return list(Job.objects.raw(sql, params))
+
+
+def acknowledge(connection, rows, *, now):
+    ids, tokens, results = zip(*rows, strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ACKNOWLEDGE,
+            {"ids": list(ids), "tokens": list(tokens), "results": list(results), "now": now},
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def extend(connection, leases, *, now, until):
+    ids, tokens = zip(*leases, strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            EXTEND, {"ids": list(ids), "tokens": list(tokens), "now": now, "until": until}
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def insert_keyed(connection, job):
+    from jobqueue.store import dumps
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            INSERT_KEYED,
+            [
+                job.task_path,
+                job.queue_name,
+                job.priority,
+                job.backend,
+                dumps(job.args),
+                dumps(job.kwargs),
+                job.idempotency_key,
+                job.run_after,
+                job.max_attempts,
+                job.enqueued_at,
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def notify(connection, queues):
+    """Wake listening workers; PostgreSQL delivers the notification only if we commit."""
+    if not queues:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [NOTIFY_CHANNEL, sorted(queues)]
+        )

@@ -1,0 +1,125 @@
+"""SQLite statements of the store.
+
+Every store transaction runs as BEGIN IMMEDIATE (settings: transaction_mode), so the claim holds
+the database's single write lock from its first read: no other process can lease the same rows,
+and the subquery cannot see a concurrent claim's rows half-updated.
+"""
+
+from jobqueue.models import Job
+
+CLAIM = """
+UPDATE jobqueue_job SET
+    state = 'running',
+    attempts = attempts + 1,
+    lease_token = lower(hex(randomblob(16))),
+    locked_until = %(lease_until)s,
+    locked_by = %(worker_id)s,
+    started_at = COALESCE(started_at, %(now)s),
+    last_attempted_at = %(now)s,
+    worker_ids = json_insert(worker_ids, '$[#]', %(worker_id)s)
+WHERE id IN (
+    SELECT id FROM jobqueue_job
+    WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+)
+RETURNING *
+"""
+
+ACKNOWLEDGE = """
+UPDATE jobqueue_job SET
+    state = 'done', finished_at = %s, return_value = %s,
+    lease_token = NULL, locked_until = NULL, locked_by = NULL
+WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
+"""
+
+EXTEND = """
+UPDATE jobqueue_job SET locked_until = %s
+WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
+"""
+
+INSERT_KEYED = """
+INSERT INTO jobqueue_job (
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
+    attempts, max_attempts, worker_ids, enqueued_at, errors
+) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]')
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
+DO NOTHING
+RETURNING id
+"""
+
+
+def _ts(connection, value):
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def claim(connection, *, worker_id, queues, limit, now, lease_until):
+    params = {
+        "now": _ts(connection, now),
+        "limit": limit,
+        "lease_until": _ts(connection, lease_until),
+        "worker_id": worker_id,
+    }
+    queue_filter = ""
+    if queues:
+        names = [f"%(q{i})s" for i in range(len(queues))]
+        queue_filter = f"AND queue_name IN ({', '.join(names)})"
+        params.update({f"q{i}": q for i, q in enumerate(queues)})
+    return list(Job.objects.raw(CLAIM.format(queue_filter=queue_filter), params))
+
+
+def _each(connection, sql, rows):
+    """Run one guarded UPDATE per row inside the caller's transaction; return ids it changed.
+
+    SQLite has no round trip to save, so a loop under the write lock is as good as one statement.
+    """
+    changed = set()
+    with connection.cursor() as cursor:
+        for job_id, params in rows:
+            cursor.execute(sql, params)
+            if cursor.rowcount == 1:
+                changed.add(job_id)
+    return changed
+
+
+def acknowledge(connection, rows, *, now):
+    now = _ts(connection, now)
+    return _each(
+        connection,
+        ACKNOWLEDGE,
+        ((job_id, [now, result, job_id, token, now]) for job_id, token, result in rows),
+    )
+
+
+def extend(connection, leases, *, now, until):
+    now, until = _ts(connection, now), _ts(connection, until)
+    return _each(
+        connection, EXTEND, ((job_id, [until, job_id, token, now]) for job_id, token in leases)
+    )
+
+
+def insert_keyed(connection, job):
+    from jobqueue.store import dumps
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            INSERT_KEYED,
+            [
+                job.task_path,
+                job.queue_name,
+                job.priority,
+                job.backend,
+                dumps(job.args),
+                dumps(job.kwargs),
+                job.idempotency_key,
+                _ts(connection, job.run_after),
+                job.max_attempts,
+                _ts(connection, job.enqueued_at),
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def notify(connection, queues):
+    """SQLite has no notifications: workers poll."""

@@ -1,0 +1,553 @@
+"""The worker loop: claim in batches, run handlers on threads, heartbeat, acknowledge, fail.
+
+The main thread owns every store call (claim, acknowledge, fail, heartbeat, release) so the
+queue's bookkeeping uses one connection and batches naturally: while handlers run, finished
+jobs pile up and are acknowledged together. Handler threads each keep their own Django
+connection for the task's own queries.
+
+Stopping: the first SIGTERM/SIGINT stops claiming, hands back leases of jobs not yet started,
+waits up to `grace` seconds for running handlers, then releases the leases of those still
+running so another worker can take them at once. A second signal exits immediately.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import traceback as tb
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import DatabaseError, close_old_connections, connections
+from django.tasks import TaskContext
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from jobqueue import store
+from jobqueue.backend import DatabaseBackend, load_task, policy
+from jobqueue.backoff import retry_delay
+from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
+from jobqueue.models import Job, JobState
+
+logger = logging.getLogger("jobqueue.worker")
+
+
+def log_event(event: str, job: Job, level=logging.INFO, **fields):
+    """One logfmt line per job event, greppable and parseable: event=… job_id=… task=…"""
+    if not logger.isEnabledFor(level):
+        return
+    parts = {
+        "event": event,
+        "job_id": job.pk,
+        "task": job.task_path,
+        "queue": job.queue_name,
+        "key": job.idempotency_key or "-",
+        "attempt": job.attempts,
+        **fields,
+    }
+    logger.log(level, " ".join(f"{k}={_logfmt(v)}" for k, v in parts.items()))
+
+
+def _logfmt(value) -> str:
+    text = str(value)
+    if not text or any(c in text for c in ' "=\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+@dataclass
+class Held:
+    """A job whose lease this worker holds."""
+
+    job: Job
+    started: float | None = None  # monotonic time the handler began, None while buffered
+    lost: bool = False
+
+
+@dataclass
+class Finished:
+    job_id: int
+    duration: float
+    value: object = None
+    error: BaseException | None = None
+    formatted: str = ""
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    leases_lost: int = 0
+    timeouts: int = 0
+    db_errors: int = 0
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        prefetch: int | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        lease_seconds: float | None = None,
+        poll_interval: float | None = None,
+        grace: float = 30.0,
+        sweep_interval: float = 1.0,
+        clock: Callable = timezone.now,
+        using: str = "default",
+        worker_id: str | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        # Jobs held beyond the running ones, so a claim round trip serves several handlers.
+        self.prefetch = concurrency * 4 if prefetch is None else prefetch
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.lease_seconds = lease_seconds or policy("LEASE_SECONDS")
+        self.poll_interval = poll_interval or policy("POLL_INTERVAL")
+        self.grace = grace
+        self.sweep_interval = sweep_interval
+        self.clock = clock
+        self.using = using
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+        self.held: dict[int, Held] = {}
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self.stopping = False
+        self.signals = 0
+        self.stats = Stats()
+        self.busy = 0  # handler threads inside a task, including ones given up on by timeout
+        self.busy_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._last_heartbeat = 0.0
+        self._last_sweep = 0.0
+        self._db_backoff = 0.0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def install_signal_handlers(self):
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        self.signals += 1
+        if self.signals > 1:
+            # Leases left behind expire and are swept; nothing is lost, only delayed.
+            os.write(2, b"jobqueue: second signal, exiting now\n")
+            os._exit(1)
+        self.stop()
+
+    def stop(self):
+        self.stopping = True
+        self.wake.set()
+
+    def run(self) -> int:
+        logger.info(
+            "event=worker_started worker=%s queues=%s concurrency=%d lease=%.1fs burst=%s",
+            self.worker_id,
+            ",".join(self.queues or ["*"]),
+            self.concurrency,
+            self.lease_seconds,
+            self.burst,
+        )
+        for n in range(self.concurrency):
+            thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        listener = self._start_listener()
+        try:
+            self._loop()
+            self._drain()
+        finally:
+            if listener:
+                listener.stop()
+        logger.info(
+            "event=worker_stopped worker=%s claimed=%d succeeded=%d retried=%d dead=%d "
+            "leases_lost=%d",
+            self.worker_id,
+            self.stats.claimed,
+            self.stats.succeeded,
+            self.stats.retried,
+            self.stats.dead,
+            self.stats.leases_lost,
+        )
+        return 0
+
+    def _loop(self):
+        while not self.stopping:
+            try:
+                progressed = self._step()
+                self._db_backoff = 0.0
+            except DatabaseError as exc:
+                progressed = False
+                self._database_trouble(exc)
+                continue
+            if self._done():
+                return
+            if not progressed:
+                self.wake.wait(self._idle_timeout())
+                self.wake.clear()
+
+    def _step(self) -> bool:
+        progressed = self._settle()
+        self._heartbeat_if_due()
+        self._enforce_timeouts()
+        if self.stopping:
+            return progressed
+        limit = self.concurrency + self.prefetch - len(self.held)
+        if self.max_jobs is not None:
+            limit = min(limit, self.max_jobs - self.stats.claimed)
+        if limit > 0:
+            now_mono = time.monotonic()
+            sweep = now_mono - self._last_sweep >= self.sweep_interval
+            if sweep:
+                self._last_sweep = now_mono
+            jobs = store.claim(
+                worker_id=self.worker_id,
+                queues=self.queues,
+                limit=limit,
+                lease_seconds=self.lease_seconds,
+                now=self.clock(),
+                using=self.using,
+                sweep=sweep,
+            )
+            self._claimed_empty = not jobs
+            for job in jobs:
+                self.stats.claimed += 1
+                self.held[job.pk] = Held(job)
+                log_event("claimed", job, worker=self.worker_id)
+                self.inbox.put(job)
+            progressed = progressed or bool(jobs)
+        return progressed
+
+    def _done(self) -> bool:
+        if self.held:
+            return False
+        if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
+            return True
+        return self.burst and getattr(self, "_claimed_empty", False)
+
+    def _idle_timeout(self) -> float:
+        timeout = self.poll_interval
+        if self.held:
+            timeout = min(timeout, self.lease_seconds / 3)
+        return timeout
+
+    def _drain(self):
+        """After a stop: hand back unstarted jobs, let running ones finish within the grace."""
+        deadline = time.monotonic() + self.grace
+        while self.held and time.monotonic() < deadline:
+            self._release(self._unstarted(), reason="not started")
+            try:
+                self._settle()
+                self._heartbeat_if_due()
+            except DatabaseError as exc:
+                self._database_trouble(exc)
+            if self.held:
+                self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+                self.wake.clear()
+        if self.held:
+            self._release([h.job for h in self.held.values()], reason="grace period over")
+
+    def _unstarted(self) -> list[Job]:
+        jobs = []
+        while True:
+            try:
+                jobs.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return jobs
+
+    def _release(self, jobs, *, reason):
+        if not jobs:
+            return
+        try:
+            released = store.release(jobs, now=self.clock(), using=self.using)
+        except DatabaseError as exc:
+            logger.warning("event=release_failed count=%d error=%s", len(jobs), _logfmt(exc))
+            released = 0
+        for job in jobs:
+            self.held.pop(job.pk, None)
+            log_event("released", job, reason=reason)
+        logger.info("event=leases_released count=%d of=%d", released, len(jobs))
+
+    def _database_trouble(self, exc):
+        """Back off (bounded) and reconnect instead of crash-looping while the database is away."""
+        self.stats.db_errors += 1
+        self._db_backoff = min(max(self._db_backoff * 2, 0.1), 5.0)
+        logger.warning(
+            "event=database_error worker=%s error=%s retry_in=%.1fs",
+            self.worker_id,
+            _logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
+            self._db_backoff,
+        )
+        connections[self.using].close()
+        self.wake.wait(self._db_backoff)
+        self.wake.clear()
+
+    # --- handler threads -----------------------------------------------------------------
+
+    def _handler_loop(self):
+        while True:
+            job = self.inbox.get()
+            held = self.held.get(job.pk)
+            if held is None or held.lost or self.stopping:
+                if held is not None and self.stopping:
+                    self.inbox.put(job)  # _drain releases it
+                    return
+                continue
+            held.started = time.monotonic()
+            with self.busy_lock:
+                self.busy += 1
+            try:
+                self.finished.put(self._execute(job))
+            finally:
+                with self.busy_lock:
+                    self.busy -= 1
+                self.wake.set()
+
+    def _execute(self, job: Job) -> Finished:
+        started = time.monotonic()
+        try:
+            try:
+                task = load_task(job.task_path)
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                raise UnknownTask(f"cannot load task {job.task_path!r}: {exc}") from exc
+            args = ([None] if task.takes_context else []) + list(job.args)
+            try:
+                inspect.signature(task.func).bind(*args, **job.kwargs)
+            except TypeError as exc:
+                raise InvalidPayload(f"arguments do not fit {job.task_path}: {exc}") from exc
+            result = None
+            if task.takes_context or task_started.has_listeners():
+                result = self._backend().result_for(job, task)
+                task_started.send(type(self._backend()), task_result=result)
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+            else:
+                value = task.call(*job.args, **job.kwargs)
+            try:
+                value = normalize_json(value)
+                store.dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise InvalidPayload(f"return value is not JSON: {exc}") from exc
+            return Finished(job.pk, time.monotonic() - started, value=value)
+        except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
+            if isinstance(exc, DatabaseError):
+                close_old_connections()
+            return Finished(
+                job.pk,
+                time.monotonic() - started,
+                error=exc,
+                formatted="".join(tb.format_exception(exc)),
+            )
+
+    def _backend(self) -> DatabaseBackend:
+        from django.tasks import task_backends
+
+        return task_backends["default"]
+
+    # --- bookkeeping on the main thread --------------------------------------------------
+
+    def _settle(self) -> bool:
+        """Acknowledge successes in one batch; record each failure."""
+        done: list[tuple[Held, Finished]] = []
+        failed: list[tuple[Held, Finished]] = []
+        while True:
+            try:
+                fin = self.finished.get_nowait()
+            except queue.Empty:
+                break
+            held = self.held.get(fin.job_id)
+            if held is None:
+                continue  # already given up on (timeout) or released
+            if held.lost:
+                self.held.pop(fin.job_id)
+                continue
+            (failed if fin.error else done).append((held, fin))
+        if done:
+            self._acknowledge(done)
+        for held, fin in failed:
+            self._fail(held.job, fin.error, fin.formatted, duration=fin.duration)
+            self.held.pop(held.job.pk, None)
+        return bool(done or failed)
+
+    def _acknowledge(self, done):
+        try:
+            acked = store.acknowledge(
+                [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
+            )
+        except DatabaseError:
+            # Keep the results; the next step acknowledges them (or their leases lapse).
+            for item in done:
+                self.finished.put(item[1])
+            raise
+        for held, fin in done:
+            self.held.pop(held.job.pk, None)
+            job = held.job
+            if job.pk in acked:
+                self.stats.succeeded += 1
+                job.state, job.return_value = JobState.DONE, fin.value
+                job.finished_at = self.clock()
+                log_event("succeeded", job, duration_ms=f"{fin.duration * 1000:.1f}", outcome="ok")
+                self._send_finished(job)
+            else:
+                self._lease_lost(job, "acknowledge")
+
+    def _fail(self, job: Job, exc: BaseException, formatted: str, *, duration: float):
+        now = self.clock()
+        verdict = classify(exc)
+        retry_at = None
+        if verdict.retry and job.attempts < job.max_attempts:
+            delay = verdict.delay
+            if delay is None:
+                base, cap = self._backoff_policy(job)
+                delay = retry_delay(job.attempts, base=base, cap=cap)
+            retry_at = now + timedelta(seconds=delay)
+        entry = store.error_entry(
+            job,
+            class_path=class_path(type(exc)),
+            message=str(exc)[:4000],
+            traceback=formatted,
+            now=now,
+        )
+        try:
+            ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
+        except DatabaseError:
+            self.finished.put(Finished(job.pk, duration, error=exc, formatted=formatted))
+            raise
+        fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
+        if not ok:
+            self._lease_lost(job, "fail")
+        elif retry_at is not None:
+            self.stats.retried += 1
+            log_event(
+                "retried",
+                job,
+                logging.WARNING,
+                outcome="retry",
+                retry_at=retry_at.isoformat(),
+                **fields,
+            )
+        else:
+            self.stats.dead += 1
+            job.state, job.errors = JobState.DEAD, [*job.errors, entry]
+            log_event("dead_lettered", job, logging.ERROR, outcome="dead", **fields)
+            self._send_finished(job)
+
+    def _backoff_policy(self, job: Job) -> tuple[float, float]:
+        try:
+            task = load_task(job.task_path)
+        except Exception:  # noqa: BLE001 - an unloadable task falls back to the default policy
+            task = None
+        base = getattr(task, "backoff_base", None) or policy("BACKOFF_BASE")
+        cap = getattr(task, "backoff_cap", None) or policy("BACKOFF_CAP")
+        return base, cap
+
+    def _lease_lost(self, job: Job, during: str):
+        self.stats.leases_lost += 1
+        log_event("lease_lost", job, logging.WARNING, during=during, outcome="lost")
+
+    def _send_finished(self, job: Job):
+        if not task_finished.has_listeners():
+            return
+        try:
+            backend = self._backend()
+            task_finished.send(type(backend), task_result=backend.result_for(job))
+        except Exception:
+            logger.exception("event=signal_failed job_id=%s", job.pk)
+
+    def _heartbeat_if_due(self):
+        now_mono = time.monotonic()
+        if not self.held or now_mono - self._last_heartbeat < self.lease_seconds / 3:
+            return
+        self._last_heartbeat = now_mono
+        jobs = [h.job for h in self.held.values() if not h.lost]
+        kept = store.extend_leases(
+            jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
+        )
+        for job in jobs:
+            if job.pk not in kept:
+                self.held[job.pk].lost = True
+                self._lease_lost(job, "heartbeat")
+
+    def _enforce_timeouts(self):
+        now_mono = time.monotonic()
+        for held in list(self.held.values()):
+            if held.started is None or held.lost:
+                continue
+            timeout = getattr(_task_or_none(held.job.task_path), "timeout", None)
+            if timeout and now_mono - held.started > timeout:
+                # Python cannot interrupt the thread; we stop vouching for the job instead.
+                self.stats.timeouts += 1
+                self.held.pop(held.job.pk)
+                self._fail(
+                    held.job,
+                    JobTimeout(f"ran longer than {timeout}s"),
+                    "",
+                    duration=now_mono - held.started,
+                )
+
+    def _start_listener(self):
+        if connections[self.using].vendor != "postgresql":
+            return None
+        listener = Listener(connections[self.using].get_connection_params(), self.queues, self.wake)
+        listener.start()
+        return listener
+
+
+def _task_or_none(path):
+    try:
+        return load_task(path)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class Listener(threading.Thread):
+    """LISTEN on a dedicated autocommit connection; polling covers any gap while it reconnects."""
+
+    def __init__(self, params, queues, wake):
+        super().__init__(name="listener", daemon=True)
+        self.params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
+        self.queues = set(queues) if queues else None
+        self.wake = wake
+        self._stop_event = threading.Event()
+
+    def stop(self):
+        self._stop_event.set()
+
+    def run(self):
+        import psycopg
+
+        from jobqueue.store.postgresql import NOTIFY_CHANNEL
+
+        backoff = 0.1
+        while not self._stop_event.is_set():
+            try:
+                with psycopg.connect(**self.params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    backoff = 0.1
+                    while not self._stop_event.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if self.queues is None or note.payload in self.queues:
+                                self.wake.set()
+            except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
+                logger.debug("event=listener_error error=%s", _logfmt(exc))
+                self._stop_event.wait(backoff)
+                backoff = min(backoff * 2, 5.0)

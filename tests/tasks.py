@@ -1,0 +1,83 @@
+"""Tasks the tests enqueue; worker subprocesses import them by path."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from django.tasks import task
+
+import jobqueue
+from jobqueue.errors import PermanentError, RateLimited
+
+
+def _sink(line: str):
+    """Append-only record outside the database: every attempt that reached the effect."""
+    path = os.environ.get("REDRIVE_TEST_SINK")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+
+
+@task
+def noop(n=0):
+    return n
+
+
+@task
+def add(a, b):
+    return a + b
+
+
+@task(max_attempts=3)
+def effect(key: str):
+    """The receipt of seed 004: one row per key however often the job runs."""
+    _sink(key)
+    with jobqueue.once(f"effect:{key}", job_type="tests.effect") as first:
+        pass
+    if os.environ.get("REDRIVE_TEST_CRASH_AFTER_EFFECT"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return first
+
+
+@task(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+def always_fails(message="dependency unavailable"):
+    raise ConnectionError(message)
+
+
+@task
+def permanent(message="invalid payload"):
+    raise PermanentError(message)
+
+
+@task(max_attempts=2)
+def rate_limited(seconds=120.0):
+    raise RateLimited(retry_after=seconds)
+
+
+@task
+def wait_for_file(path: str, key: str = "slow", timeout: float = 60.0):
+    """Signals it started (path + '.started'), then runs until `path` exists."""
+    Path(path + ".started").write_text(str(os.getpid()))
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("test file never appeared")
+        time.sleep(0.01)
+    with jobqueue.once(f"effect:{key}", job_type="tests.slow"):
+        pass
+    return "finished"
+
+
+@task(timeout=0.2, max_attempts=1)
+def too_slow():
+    time.sleep(1.0)
+
+
+@task(takes_context=True)
+def with_context(context, x):
+    return {"attempt": context.attempt, "x": x}
+
+
+def not_a_task():
+    return None
