@@ -1,0 +1,82 @@
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def database_url(connection) -> str:
+    """The URL of the test database, for worker subprocesses."""
+    sd = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{sd['NAME']}"
+    user = sd.get("USER") or "postgres"
+    password = f":{sd['PASSWORD']}" if sd.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{sd.get('HOST') or '127.0.0.1'}:{sd.get('PORT') or 5432}/{sd['NAME']}"
+
+
+def wait_until(predicate, timeout=30.0, interval=0.02, message="condition"):
+    """Poll for an event another process signals (a file, a row); fail loudly on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+class Workers:
+    """Start real `manage.py runworker` processes against the test database."""
+
+    def __init__(self, tmp_path):
+        from django.db import connection
+
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url(connection),
+            "REDRIVE_TEST_SINK": str(tmp_path / "sink.log"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args, env=None, log_name=None):
+        log = open(self.tmp_path / (log_name or f"worker-{len(self.procs)}.log"), "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runworker", *args],
+            cwd=BASE_DIR,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        proc.log_path = log.name
+        self.procs.append(proc)
+        return proc
+
+    def run(self, *args, env=None, timeout=60):
+        proc = self.start(*args, env=env)
+        proc.wait(timeout=timeout)
+        return proc
+
+    def sink_lines(self):
+        path = Path(self.env["REDRIVE_TEST_SINK"])
+        return path.read_text().splitlines() if path.exists() else []
+
+    def stop_all(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def workers(tmp_path, transactional_db):
+    pool = Workers(tmp_path)
+    yield pool
+    pool.stop_all()

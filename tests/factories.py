@@ -1,0 +1,99 @@
+"""factory-boy factories for queue records. Use traits for states: JobFactory(running=True)."""
+
+import uuid
+from datetime import timedelta
+
+import factory
+from django.utils import timezone
+
+from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
+
+
+def _error(n, cls="builtins.ConnectionError", message="receipt dependency unavailable"):
+    return {
+        "attempt": n,
+        "at": timezone.now().isoformat(),
+        "worker_id": "factory:1",
+        "exception_class_path": cls,
+        "message": message,
+        "traceback": f"Traceback (most recent call last):\n  ...\n{cls}: {message}\n",
+    }
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Job
+
+    task_path = "tests.tasks.noop"
+    queue_name = "default"
+    args = factory.LazyFunction(list)
+    kwargs = factory.LazyFunction(dict)
+    state = JobState.READY
+    run_after = factory.LazyFunction(timezone.now)
+    enqueued_at = factory.LazyFunction(timezone.now)
+    max_attempts = 5
+
+    class Params:
+        running = factory.Trait(
+            state=JobState.RUNNING,
+            attempts=1,
+            lease_token=factory.LazyFunction(lambda: uuid.uuid4().hex),
+            locked_until=factory.LazyFunction(lambda: timezone.now() + timedelta(seconds=30)),
+            locked_by="factory:1",
+            worker_ids=["factory:1"],
+        )
+        done = factory.Trait(
+            state=JobState.DONE, attempts=1, finished_at=factory.LazyFunction(timezone.now)
+        )
+        dead = factory.Trait(
+            state=JobState.DEAD,
+            attempts=5,
+            errors=factory.LazyFunction(lambda: [_error(n) for n in range(1, 6)]),
+            finished_at=factory.LazyFunction(timezone.now),
+        )
+
+
+class DeadLetterFactory(factory.django.DjangoModelFactory):
+    """A pending dead letter, as the worker writes one when a job exhausts its attempts."""
+
+    class Meta:
+        model = DeadLetter
+
+    job = factory.SubFactory(JobFactory, dead=True, task_path=factory.SelfAttribute("..task_path"))
+    original_job_id = factory.SelfAttribute("job.id")
+    task_path = "demo.tasks.send_receipt"
+    queue_name = "default"
+    args = factory.Sequence(lambda n: [n])
+    kwargs = factory.LazyFunction(dict)
+    idempotency_key = factory.Sequence(lambda n: f"receipt:{n}")
+    attempts = 5
+    max_attempts = 5
+    error_class = "builtins.ConnectionError"
+    last_error = "receipt dependency unavailable"
+    traceback = factory.LazyAttribute(
+        lambda o: f"Traceback (most recent call last):\n  ...\n{o.error_class}: {o.last_error}\n"
+    )
+    errors = factory.LazyAttribute(
+        lambda o: [_error(n, o.error_class, o.last_error) for n in range(1, o.attempts + 1)]
+    )
+    first_failed_at = factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=5))
+    dead_lettered_at = factory.LazyFunction(timezone.now)
+    state = DeadLetterState.PENDING
+
+    class Params:
+        replaying = factory.Trait(
+            state=DeadLetterState.REPLAYING,
+            replays=1,
+            last_replayed_at=factory.LazyFunction(timezone.now),
+        )
+        replayed = factory.Trait(
+            state=DeadLetterState.REPLAYED,
+            replays=1,
+            last_replayed_at=factory.LazyFunction(timezone.now),
+        )
+        discarded = factory.Trait(
+            state=DeadLetterState.DISCARDED, discarded_at=factory.LazyFunction(timezone.now)
+        )
+        permanent = factory.Trait(
+            error_class="jobqueue.errors.PermanentError", last_error="invalid payload", attempts=1
+        )
