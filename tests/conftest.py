@@ -16,7 +16,8 @@ def database_url(connection) -> str:
         return f"sqlite:///{sd['NAME']}"
     user = sd.get("USER") or "postgres"
     password = f":{sd['PASSWORD']}" if sd.get("PASSWORD") else ""
-    return f"postgres://{user}{password}@{sd.get('HOST') or '127.0.0.1'}:{sd.get('PORT') or 5432}/{sd['NAME']}"
+    host, port = sd.get("HOST") or "127.0.0.1", sd.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{sd['NAME']}"
 
 
 def wait_until(predicate, timeout=30.0, interval=0.02, message="condition"):
