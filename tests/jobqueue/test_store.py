@@ -1,0 +1,301 @@
+"""The store's transitions, with an injected clock: seed 004's test list on both databases."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import DeadLetter, DeadLetterState, Execution, Job, JobState
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+T0 = timezone.now().replace(microsecond=0)
+
+
+def at(seconds: float):
+    return T0 + timedelta(seconds=seconds)
+
+
+def claim(now, limit=10, lease=5.0, worker="w1", queues=None):
+    return store.claim(worker_id=worker, queues=queues, limit=limit, lease_seconds=lease, now=now)
+
+
+def enqueue(task_path="tests.tasks.noop", **kw):
+    kw.setdefault("run_after", T0)
+    job, _ = store.enqueue(store.NewJob(task_path=task_path, **kw), now=T0)
+    return job
+
+
+def error(job, now, message="boom"):
+    return store.error_entry(
+        job,
+        class_path="builtins.ConnectionError",
+        message=message,
+        traceback="Traceback ...",
+        now=now,
+    )
+
+
+def test_job_scheduled_for_later_is_not_claimable_until_due():
+    enqueue(run_after=at(10))
+    assert claim(at(9.999)) == []
+    [job] = claim(at(10))
+    assert job.state == JobState.RUNNING and job.attempts == 1
+
+
+def test_claim_writes_a_fresh_lease_and_records_the_worker():
+    enqueue()
+    [job] = claim(at(0), lease=5, worker="host:1")
+    row = Job.objects.get(pk=job.pk)
+    assert row.lease_token == job.lease_token and len(job.lease_token) >= 32
+    assert row.locked_until == at(5)
+    assert row.locked_by == "host:1" and row.worker_ids == ["host:1"]
+    assert row.started_at == at(0)
+
+
+def test_claim_takes_at_most_the_limit_in_priority_order():
+    low = [enqueue(priority=0) for _ in range(3)]
+    high = enqueue(priority=10)
+    batch = claim(at(0), limit=2)
+    assert len(batch) == 2
+    assert batch[0].pk == high.pk or high.pk in {j.pk for j in batch}
+    assert {j.pk for j in batch} == {high.pk, low[0].pk}
+
+
+def test_claim_filters_by_queue():
+    enqueue(queue_name="emails")
+    other = enqueue(queue_name="reports")
+    assert [j.pk for j in claim(at(0), queues=["reports"])] == [other.pk]
+
+
+def test_a_claimed_job_is_not_claimed_again_while_its_lease_lasts():
+    enqueue()
+    assert len(claim(at(0), lease=1)) == 1
+    assert claim(at(0.999)) == []
+
+
+def test_acknowledge_marks_done_and_keeps_the_return_value():
+    enqueue()
+    [job] = claim(at(0))
+    assert store.acknowledge([(job, {"ok": 1})], now=at(0.5)) == {job.pk}
+    row = Job.objects.get(pk=job.pk)
+    assert row.state == JobState.DONE and row.return_value == {"ok": 1}
+    assert row.lease_token is None and row.finished_at == at(0.5)
+
+
+def test_stale_acknowledgement_after_reclaim_changes_nothing():
+    enqueue()
+    [first] = claim(at(0), lease=1)
+    [second] = claim(at(1), lease=1, worker="w2")  # exactly at expiry: swept and re-claimed
+    assert second.pk == first.pk and second.attempts == 2
+    assert store.acknowledge([(first, None)], now=at(1)) == set()
+    assert Job.objects.get(pk=first.pk).state == JobState.RUNNING
+    assert store.acknowledge([(second, None)], now=at(1.5)) == {second.pk}
+
+
+def test_acknowledgement_after_expiry_is_refused_even_before_anyone_reclaims():
+    enqueue()
+    [job] = claim(at(0), lease=1)
+    assert store.acknowledge([(job, None)], now=at(1)) == set()
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_stale_failure_after_reclaim_changes_nothing():
+    enqueue()
+    [first] = claim(at(0), lease=1)
+    [second] = claim(at(2), lease=1, worker="w2")
+    assert not store.fail(first, error(first, at(2)), retry_at=None, now=at(2))
+    row = Job.objects.get(pk=second.pk)
+    assert row.state == JobState.RUNNING and row.lease_token == second.lease_token
+    assert not DeadLetter.objects.exists()
+
+
+def test_failure_schedules_a_retry_that_is_not_due_before_its_time():
+    enqueue(max_attempts=3)
+    [job] = claim(at(0))
+    assert store.fail(job, error(job, at(0.1)), retry_at=at(5), now=at(0.1))
+    row = Job.objects.get(pk=job.pk)
+    assert row.state == JobState.READY and row.run_after == at(5)
+    assert [e["message"] for e in row.errors] == ["boom"]
+    assert claim(at(4.9)) == []
+    assert claim(at(5))[0].attempts == 2
+
+
+def test_exhaustion_dead_letters_with_class_message_traceback_and_attempts():
+    original = enqueue(
+        max_attempts=3, idempotency_key="receipt:7", args=[7], queue_name="mail", priority=3
+    )
+    for n in range(3):
+        [job] = claim(at(n * 10))
+        retry_at = at(n * 10 + 5) if n < 2 else None
+        assert store.fail(
+            job, error(job, at(n * 10 + 1), f"fail {n + 1}"), retry_at=retry_at, now=at(n * 10 + 1)
+        )
+    job = Job.objects.get(pk=original.pk)
+    assert job.state == JobState.DEAD and job.attempts == 3
+    letter = DeadLetter.objects.get()
+    assert letter.job_id == letter.original_job_id == job.pk
+    assert letter.attempts == 3 and letter.max_attempts == 3
+    assert letter.error_class == "builtins.ConnectionError"
+    assert letter.last_error == "fail 3" and letter.traceback == "Traceback ..."
+    assert [e["message"] for e in letter.errors] == ["fail 1", "fail 2", "fail 3"]
+    assert letter.first_failed_at == at(1) and letter.dead_lettered_at == at(21)
+    assert (letter.idempotency_key, letter.args, letter.queue_name, letter.priority) == (
+        "receipt:7",
+        [7],
+        "mail",
+        3,
+    )
+    assert letter.state == DeadLetterState.PENDING and letter.replays == 0
+
+
+def test_final_attempt_crash_becomes_a_dead_letter_after_the_lease_expires():
+    enqueue(max_attempts=1)
+    [job] = claim(at(0), lease=1)  # the worker dies here, never acknowledging
+    assert claim(at(0.9)) == []
+    assert not DeadLetter.objects.exists()
+    assert claim(at(1)) == []  # the sweep in this claim retires it
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.LeaseExpired"
+    assert "w1" in letter.last_error
+    assert Job.objects.get(pk=job.pk).state == JobState.DEAD
+
+
+def test_expired_lease_with_attempts_left_is_claimable_again_and_the_crash_is_recorded():
+    enqueue(max_attempts=3)
+    claim(at(0), lease=1)
+    [again] = claim(at(2), worker="w2")
+    assert again.attempts == 2 and again.locked_by == "w2"
+    assert again.errors[0]["exception_class_path"] == "jobqueue.errors.LeaseExpired"
+
+
+def test_heartbeat_extends_only_a_live_lease_that_is_ours():
+    enqueue()
+    [job] = claim(at(0), lease=1)
+    assert store.extend_leases([job], lease_seconds=1, now=at(0.5)) == {job.pk}
+    assert Job.objects.get(pk=job.pk).locked_until == at(1.5)
+    assert claim(at(1.2)) == []  # still leased thanks to the heartbeat
+    assert store.extend_leases([job], lease_seconds=1, now=at(1.5)) == set()  # expired: lost
+
+
+def test_release_gives_the_job_back_without_spending_an_attempt():
+    enqueue()
+    [job] = claim(at(0))
+    assert store.release([job], now=at(0.2)) == 1
+    row = Job.objects.get(pk=job.pk)
+    assert row.state == JobState.READY and row.attempts == 0 and row.worker_ids == []
+    assert claim(at(0.2))[0].attempts == 1
+
+
+def test_enqueue_with_a_live_key_returns_the_existing_job():
+    first = enqueue(idempotency_key="k")
+    again, created = store.enqueue(
+        store.NewJob(task_path="tests.tasks.noop", idempotency_key="k"), now=T0
+    )
+    assert not created and again.pk == first.pk
+    assert Job.objects.count() == 1
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_job():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue()
+        raise RuntimeError("the business write failed")
+    assert not Job.objects.exists()
+
+
+def test_enqueue_refuses_what_json_cannot_carry():
+    with pytest.raises(ValueError):
+        enqueue(args=[float("nan")])
+    with pytest.raises(TypeError):
+        enqueue(kwargs={"when": object()})
+    assert not Job.objects.exists()
+
+
+def dead_letter_from_worker(max_attempts=1, key="receipt:1"):
+    """A dead letter produced through the real transitions, not inserted."""
+    enqueue(max_attempts=max_attempts, idempotency_key=key, args=[1])
+    [job] = claim(timezone.now())
+    assert store.fail(job, error(job, timezone.now()), retry_at=None)
+    return DeadLetter.objects.get(job_id=job.pk)
+
+
+def test_replay_keeps_identity_with_a_fresh_budget_and_refuses_a_second_replay():
+    letter = dead_letter_from_worker()
+    outcome = store.replay([letter.pk])
+    new = outcome.done[letter.pk]
+    assert outcome.skipped == {}
+    assert (new.task_path, new.args, new.kwargs, new.idempotency_key) == (
+        letter.task_path,
+        letter.args,
+        letter.kwargs,
+        letter.idempotency_key,
+    )
+    assert new.attempts == 0 and new.state == JobState.READY
+    assert new.replayed_from_id == letter.pk
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.REPLAYING and letter.replays == 1
+    assert letter.replay_job_id == new.pk
+    again = store.replay([letter.pk])
+    assert again.done == {} and again.skipped == {letter.pk: store.SKIP_REASONS["replaying"]}
+    assert Job.objects.filter(replayed_from=letter).count() == 1
+
+
+def test_replayed_job_done_marks_the_letter_replayed():
+    letter = dead_letter_from_worker()
+    store.replay([letter.pk])
+    [job] = claim(timezone.now())
+    assert store.acknowledge([(job, None)]) == {job.pk}
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.REPLAYED
+    assert store.replay([letter.pk]).skipped == {letter.pk: store.SKIP_REASONS["replayed"]}
+
+
+def test_replayed_job_that_dies_again_returns_the_same_letter_to_pending():
+    letter = dead_letter_from_worker()
+    store.replay([letter.pk])
+    [job] = claim(timezone.now())
+    assert store.fail(job, error(job, timezone.now(), "still down"), retry_at=None)
+    assert DeadLetter.objects.count() == 1
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.PENDING and letter.replays == 1
+    assert letter.last_error == "still down" and len(letter.errors) == 2
+    assert store.replay([letter.pk]).done  # replayable again
+
+
+def test_replay_skips_an_item_whose_key_a_live_job_holds():
+    letter = dead_letter_from_worker(key="k")
+    enqueue(idempotency_key="k")  # someone enqueued the same obligation afresh
+    outcome = store.replay([letter.pk, 999_999])
+    assert outcome.skipped == {letter.pk: store.SKIP_KEY_HELD, 999_999: store.SKIP_MISSING}
+
+
+def test_discard_keeps_the_row_and_marks_it():
+    letter = DeadLetterFactory()
+    replaying = DeadLetterFactory(replaying=True)
+    outcome = store.discard([letter.pk, replaying.pk])
+    assert list(outcome.done) == [letter.pk] and replaying.pk in outcome.skipped
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.DISCARDED and letter.discarded_at is not None
+    assert store.replay([letter.pk]).skipped == {letter.pk: "discarded"}
+
+
+def test_once_records_a_key_and_rolls_back_with_the_work():
+    import jobqueue
+
+    with jobqueue.once("charge:1") as first:
+        assert first
+    with jobqueue.once("charge:1") as first:
+        assert not first
+    with pytest.raises(RuntimeError), jobqueue.once("charge:2") as first:
+        assert first
+        raise RuntimeError("the work failed")
+    assert list(Execution.objects.values_list("idempotency_key", flat=True)) == ["charge:1"]
+
+
+def test_factories_build_consistent_rows():
+    running = JobFactory(running=True)
+    assert running.lease_token and running.locked_until
+    assert DeadLetterFactory(permanent=True).attempts == 1
