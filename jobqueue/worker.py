@@ -129,6 +129,7 @@ class Worker:
         self.held: dict[int, Held] = {}
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
+        self.returned: queue.SimpleQueue = queue.SimpleQueue()
         self.wake = threading.Event()
         self.stopping = False
         self.signals = 0
@@ -176,8 +177,13 @@ class Worker:
             self._loop()
             self._drain()
         finally:
+            for _ in self._threads:
+                self.inbox.put(None)
+            for thread in self._threads:
+                thread.join(timeout=1.0)  # a handler given up on by timeout may still be busy
             if listener:
                 listener.stop()
+                listener.join(timeout=2.0)
         logger.info(
             "event=worker_stopped worker=%s claimed=%d succeeded=%d retried=%d dead=%d "
             "leases_lost=%d",
@@ -268,11 +274,15 @@ class Worker:
 
     def _unstarted(self) -> list[Job]:
         jobs = []
-        while True:
-            try:
-                jobs.append(self.inbox.get_nowait())
-            except queue.Empty:
-                return jobs
+        for source in (self.inbox, self.returned):
+            while True:
+                try:
+                    job = source.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    jobs.append(job)
+        return jobs
 
     def _release(self, jobs, *, reason):
         if not jobs:
@@ -304,23 +314,29 @@ class Worker:
     # --- handler threads -----------------------------------------------------------------
 
     def _handler_loop(self):
-        while True:
-            job = self.inbox.get()
-            held = self.held.get(job.pk)
-            if held is None or held.lost or self.stopping:
-                if held is not None and self.stopping:
-                    self.inbox.put(job)  # _drain releases it
+        try:
+            while True:
+                job = self.inbox.get()
+                if job is None:
                     return
-                continue
-            held.started = time.monotonic()
-            with self.busy_lock:
-                self.busy += 1
-            try:
-                self.finished.put(self._execute(job))
-            finally:
+                held = self.held.get(job.pk)
+                if held is None or held.lost:
+                    continue
+                if self.stopping:
+                    self.returned.put(job)  # not started: _drain hands its lease back
+                    continue
+                held.started = time.monotonic()
                 with self.busy_lock:
-                    self.busy -= 1
-                self.wake.set()
+                    self.busy += 1
+                try:
+                    self.finished.put(self._execute(job))
+                finally:
+                    with self.busy_lock:
+                        self.busy -= 1
+                    self.wake.set()
+        finally:
+            # This thread's Django connection dies with it rather than lingering server-side.
+            connections.close_all()
 
     def _execute(self, job: Job) -> Finished:
         started = time.monotonic()
@@ -544,7 +560,7 @@ class Listener(threading.Thread):
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     backoff = 0.1
                     while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        for note in conn.notifies(timeout=0.25):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap

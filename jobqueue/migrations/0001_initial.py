@@ -5,125 +5,218 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='DeadLetter',
+            name="DeadLetter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(default='jobqueue', max_length=30)),
-                ('original_job_id', models.BigIntegerField(blank=True, null=True)),
-                ('task_path', models.CharField(max_length=255)),
-                ('queue_name', models.CharField(default='default', max_length=100)),
-                ('priority', models.SmallIntegerField(default=0)),
-                ('backend', models.CharField(default='default', max_length=100)),
-                ('args', models.JSONField(default=list)),
-                ('kwargs', models.JSONField(default=dict)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('attempts', models.PositiveIntegerField()),
-                ('last_error', models.TextField()),
-                ('error_class', models.CharField(blank=True, default='', max_length=255)),
-                ('traceback', models.TextField(blank=True, default='')),
-                ('errors', models.JSONField(default=list)),
-                ('first_failed_at', models.DateTimeField()),
-                ('dead_lettered_at', models.DateTimeField()),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('replaying', 'Replay pending'), ('replayed', 'Replayed'), ('discarded', 'Discarded')], default='pending', max_length=10)),
-                ('replays', models.PositiveIntegerField(default=0)),
-                ('last_replayed_at', models.DateTimeField(blank=True, null=True)),
-                ('discarded_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(default="jobqueue", max_length=30)),
+                ("original_job_id", models.BigIntegerField(blank=True, null=True)),
+                ("task_path", models.CharField(max_length=255)),
+                ("queue_name", models.CharField(default="default", max_length=100)),
+                ("priority", models.SmallIntegerField(default=0)),
+                ("backend", models.CharField(default="default", max_length=100)),
+                ("args", models.JSONField(default=list)),
+                ("kwargs", models.JSONField(default=dict)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                ("attempts", models.PositiveIntegerField()),
+                ("last_error", models.TextField()),
+                ("error_class", models.CharField(blank=True, default="", max_length=255)),
+                ("traceback", models.TextField(blank=True, default="")),
+                ("errors", models.JSONField(default=list)),
+                ("first_failed_at", models.DateTimeField()),
+                ("dead_lettered_at", models.DateTimeField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("replaying", "Replay pending"),
+                            ("replayed", "Replayed"),
+                            ("discarded", "Discarded"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("replays", models.PositiveIntegerField(default=0)),
+                ("last_replayed_at", models.DateTimeField(blank=True, null=True)),
+                ("discarded_at", models.DateTimeField(blank=True, null=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Execution',
+            name="Execution",
             fields=[
-                ('idempotency_key', models.CharField(max_length=255, primary_key=True, serialize=False)),
-                ('job_type', models.CharField(blank=True, default='', max_length=255)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "idempotency_key",
+                    models.CharField(max_length=255, primary_key=True, serialize=False),
+                ),
+                ("job_type", models.CharField(blank=True, default="", max_length=255)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('task_path', models.CharField(max_length=255)),
-                ('queue_name', models.CharField(default='default', max_length=100)),
-                ('priority', models.SmallIntegerField(default=0)),
-                ('backend', models.CharField(default='default', max_length=100)),
-                ('args', models.JSONField(default=list)),
-                ('kwargs', models.JSONField(default=dict)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('state', models.CharField(choices=[('ready', 'Ready'), ('running', 'Running'), ('done', 'Done'), ('dead', 'Dead')], default='ready', max_length=10)),
-                ('run_after', models.DateTimeField()),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('lease_token', models.CharField(blank=True, max_length=64, null=True)),
-                ('locked_until', models.DateTimeField(blank=True, null=True)),
-                ('locked_by', models.CharField(blank=True, max_length=255, null=True)),
-                ('worker_ids', models.JSONField(default=list)),
-                ('enqueued_at', models.DateTimeField()),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_attempted_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('errors', models.JSONField(default=list)),
-                ('return_value', models.JSONField(blank=True, null=True)),
-                ('replayed_from', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='replay_jobs', to='jobqueue.deadletter')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("task_path", models.CharField(max_length=255)),
+                ("queue_name", models.CharField(default="default", max_length=100)),
+                ("priority", models.SmallIntegerField(default=0)),
+                ("backend", models.CharField(default="default", max_length=100)),
+                ("args", models.JSONField(default=list)),
+                ("kwargs", models.JSONField(default=dict)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("ready", "Ready"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("dead", "Dead"),
+                        ],
+                        default="ready",
+                        max_length=10,
+                    ),
+                ),
+                ("run_after", models.DateTimeField()),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                ("lease_token", models.CharField(blank=True, max_length=64, null=True)),
+                ("locked_until", models.DateTimeField(blank=True, null=True)),
+                ("locked_by", models.CharField(blank=True, max_length=255, null=True)),
+                ("worker_ids", models.JSONField(default=list)),
+                ("enqueued_at", models.DateTimeField()),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_attempted_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("errors", models.JSONField(default=list)),
+                ("return_value", models.JSONField(blank=True, null=True)),
+                (
+                    "replayed_from",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="replay_jobs",
+                        to="jobqueue.deadletter",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='deadletter',
-            name='job',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jobqueue.job'),
+            model_name="deadletter",
+            name="job",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="jobqueue.job",
+            ),
         ),
         migrations.AddField(
-            model_name='deadletter',
-            name='replay_job',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jobqueue.job'),
+            model_name="deadletter",
+            name="replay_job",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="jobqueue.job",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('state', 'ready')), fields=['-priority', 'run_after', 'id'], name='jobqueue_job_ready_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("state", "ready")),
+                fields=["-priority", "run_after", "id"],
+                name="jobqueue_job_ready_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('state', 'ready')), fields=['queue_name', '-priority', 'run_after', 'id'], name='jobqueue_job_ready_queue_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("state", "ready")),
+                fields=["queue_name", "-priority", "run_after", "id"],
+                name="jobqueue_job_ready_queue_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('state', 'running')), fields=['locked_until'], name='jobqueue_job_leased_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("state", "running")),
+                fields=["locked_until"],
+                name="jobqueue_job_leased_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['state', 'id'], name='jobqueue_job_state_idx'),
+            model_name="job",
+            index=models.Index(fields=["state", "id"], name="jobqueue_job_state_idx"),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False), models.Q(('state', 'dead'), _negated=True)), fields=('idempotency_key',), name='jobqueue_job_live_key_uniq'),
+            model_name="job",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("idempotency_key__isnull", False), models.Q(("state", "dead"), _negated=True)
+                ),
+                fields=("idempotency_key",),
+                name="jobqueue_job_live_key_uniq",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('lease_token__isnull', False), ('locked_until__isnull', False), ('state', 'running')), models.Q(('state', 'running'), _negated=True), _connector='OR'), name='jobqueue_job_running_has_lease'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("lease_token__isnull", False),
+                        ("locked_until__isnull", False),
+                        ("state", "running"),
+                    ),
+                    models.Q(("state", "running"), _negated=True),
+                    _connector="OR",
+                ),
+                name="jobqueue_job_running_has_lease",
+            ),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(condition=models.Q(('state', 'pending')), fields=['task_path', 'dead_lettered_at'], name='jobqueue_dl_pending_idx'),
+            model_name="deadletter",
+            index=models.Index(
+                condition=models.Q(("state", "pending")),
+                fields=["task_path", "dead_lettered_at"],
+                name="jobqueue_dl_pending_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['dead_lettered_at', 'id'], name='jobqueue_dl_time_idx'),
+            model_name="deadletter",
+            index=models.Index(fields=["dead_lettered_at", "id"], name="jobqueue_dl_time_idx"),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['task_path', 'dead_lettered_at', 'id'], name='jobqueue_dl_type_time_idx'),
+            model_name="deadletter",
+            index=models.Index(
+                fields=["task_path", "dead_lettered_at", "id"], name="jobqueue_dl_type_time_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['state', 'dead_lettered_at', 'id'], name='jobqueue_dl_state_time_idx'),
+            model_name="deadletter",
+            index=models.Index(
+                fields=["state", "dead_lettered_at", "id"], name="jobqueue_dl_state_time_idx"
+            ),
         ),
     ]

@@ -28,8 +28,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("task_path", help="Dotted path of a @task function.")
-        parser.add_argument("--args", dest="task_args", default="[]", help="Positional arguments, a JSON array.")
-        parser.add_argument("--kwargs", dest="task_kwargs", default="{}", help="Keyword arguments, a JSON object.")
+        parser.add_argument(
+            "--args", dest="task_args", default="[]", help="Positional arguments, a JSON array."
+        )
+        parser.add_argument(
+            "--kwargs", dest="task_kwargs", default="{}", help="Keyword arguments, a JSON object."
+        )
         parser.add_argument("--key", default=None, help="Idempotency key.")
         parser.add_argument("--queue", default=None)
         parser.add_argument("--priority", type=int, default=None)

@@ -1,0 +1,110 @@
+"""The django.tasks front door: @task, enqueue in the caller's transaction, get_result, signals."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from jobqueue.backend import Task
+from jobqueue.models import Job, JobState
+from tests import tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def test_task_decorator_builds_our_task_class_with_its_policy():
+    assert isinstance(tasks.effect, Task)
+    assert tasks.effect.max_attempts == 3
+    assert tasks.always_fails.backoff_base == 0.01
+    assert tasks.noop.attempt_budget == 5  # settings.JOBQUEUE["MAX_ATTEMPTS"]
+
+
+def test_enqueue_writes_a_ready_job_with_options():
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(queue_name="math", priority=7, run_after=later).enqueue(2, b=3)
+    job = Job.objects.get(pk=result.id)
+    assert (job.task_path, job.args, job.kwargs) == ("tests.tasks.add", [2], {"b": 3})
+    assert (job.queue_name, job.priority, job.run_after) == ("math", 7, later)
+    assert job.state == JobState.READY and job.max_attempts == 5
+    assert result.status == TaskResultStatus.READY and result.attempts == 0
+
+
+def test_enqueue_rolls_back_with_the_business_transaction():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.noop.enqueue(1)
+        raise RuntimeError("payment failed")
+    assert not Job.objects.exists()
+
+
+def test_same_idempotency_key_yields_one_job_and_the_same_handle():
+    first = tasks.effect.using(idempotency_key="receipt:9").enqueue("receipt:9")
+    again = tasks.effect.using(idempotency_key="receipt:9").enqueue("receipt:9")
+    assert first.id == again.id
+    assert Job.objects.count() == 1
+
+
+def test_enqueued_signal_is_sent_once_per_new_job():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        a = tasks.noop.using(idempotency_key="once").enqueue()
+        tasks.noop.using(idempotency_key="once").enqueue()
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [a.id]
+
+
+def test_non_json_arguments_are_refused_with_a_clear_error():
+    with pytest.raises(InvalidTask, match="JSON"):
+        tasks.noop.enqueue(object())
+    assert not Job.objects.exists()
+
+
+def test_get_result_reflects_the_row():
+    result = tasks.add.enqueue(1, 2)
+    Job.objects.filter(pk=result.id).update(
+        state=JobState.DONE,
+        return_value=3,
+        attempts=1,
+        worker_ids=["w"],
+        finished_at=timezone.now(),
+    )
+    fresh = tasks.add.get_result(result.id)
+    assert fresh.status == TaskResultStatus.SUCCESSFUL and fresh.return_value == 3
+    assert fresh.attempts == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_get_result_of_unknown_id_raises():
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("12345")
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("not-a-number")
+
+
+def test_bulk_enqueue_inserts_many_in_one_call():
+    backend = task_backends["default"]
+    results = backend.enqueue_many(tasks.add, [((n, n), {}) for n in range(50)])
+    assert len(results) == 50 == Job.objects.count()
+    assert Job.objects.get(pk=results[7].id).args == [7, 7]
+
+
+def test_bulk_enqueue_deduplicates_keys():
+    backend = task_backends["default"]
+    keyed = tasks.noop.using(idempotency_key="bulk")
+    results = backend.enqueue_many(keyed, [((1,), {}), ((2,), {})])
+    assert results[0].id == results[1].id and Job.objects.count() == 1
+
+
+def test_invalid_policy_is_rejected_at_definition():
+    with pytest.raises(InvalidTask):
+        Task(func=tasks.noop.func, max_attempts=0)

@@ -1,0 +1,176 @@
+"""The worker loop in-process (handler threads use their own connections, so data commits)."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.tasks import TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import DeadLetter, Execution, Job, JobState
+from jobqueue.worker import Worker
+from tests import tasks
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Clock:
+    """Real time plus an offset the test moves forward, so backoff waits take no time."""
+
+    def __init__(self):
+        self.offset = timedelta()
+
+    def __call__(self):
+        return timezone.now() + self.offset
+
+    def advance(self, **kw):
+        self.offset += timedelta(**kw)
+
+
+def burst(**kw):
+    kw.setdefault("poll_interval", 0.05)
+    return Worker(burst=True, **kw).run()
+
+
+def test_runs_a_job_and_stores_its_result_with_signals():
+    seen = []
+
+    def on_started(sender, task_result, **kwargs):
+        seen.append(("started", task_result.status))
+
+    def on_finished(sender, task_result, **kwargs):
+        seen.append(("finished", task_result.status))
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        result = tasks.add.enqueue(2, 3)
+        assert burst() == 0
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5 and result.attempts == 1
+    assert seen == [("started", "RUNNING"), ("finished", "SUCCESSFUL")]
+
+
+def test_unknown_task_is_dead_lettered_and_the_worker_keeps_running():
+    store.enqueue(store.NewJob(task_path="tests.tasks.was_renamed"))
+    store.enqueue(store.NewJob(task_path="tests.tasks.not_a_task"))
+    good = tasks.noop.enqueue(1)
+    burst(concurrency=2)
+    letters = DeadLetter.objects.order_by("pk")
+    assert [d.error_class for d in letters] == ["jobqueue.errors.UnknownTask"] * 2
+    assert all(d.attempts == 1 for d in letters)
+    assert Job.objects.get(pk=good.id).state == JobState.DONE
+
+
+def test_payload_that_does_not_fit_the_task_is_permanent():
+    store.enqueue(store.NewJob(task_path="tests.tasks.add", args=[1, 2, 3]))
+    burst()
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.InvalidPayload" and letter.attempts == 1
+
+
+def test_permanent_error_dead_letters_at_once():
+    tasks.permanent.enqueue("bad card number")
+    burst()
+    letter = DeadLetter.objects.get()
+    assert letter.attempts == 1 and letter.last_error == "bad card number"
+    assert "PermanentError: bad card number" in letter.traceback
+
+
+def test_transient_failures_retry_with_backoff_then_dead_letter():
+    clock = Clock()
+    result = tasks.always_fails.enqueue("receipt dependency unavailable")
+    runs = 0
+    while Job.objects.get(pk=result.id).state != JobState.DEAD:
+        runs += 1
+        assert runs <= 3, "job should be dead after max_attempts=3 runs"
+        job = Job.objects.get(pk=result.id)
+        assert job.attempts == runs - 1
+        burst(clock=clock)
+        clock.advance(hours=1)
+    letter = DeadLetter.objects.get()
+    assert letter.attempts == 3 and letter.error_class == "builtins.ConnectionError"
+    assert [e["attempt"] for e in letter.errors] == [1, 2, 3]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and len(result.errors) == 3
+
+
+def test_rate_limited_job_waits_the_providers_delay():
+    before = timezone.now()
+    result = tasks.rate_limited.enqueue(120)
+    burst()
+    job = Job.objects.get(pk=result.id)
+    assert job.state == JobState.READY and job.attempts == 1
+    assert (
+        before + timedelta(seconds=120) <= job.run_after <= timezone.now() + timedelta(seconds=120)
+    )
+
+
+def test_handler_over_its_timeout_is_failed_and_not_trusted():
+    tasks.too_slow.enqueue()
+    burst()
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.JobTimeout"
+
+
+def test_task_with_context_sees_its_attempt():
+    result = tasks.with_context.enqueue(5)
+    burst()
+    result.refresh()
+    assert result.return_value == {"attempt": 1, "x": 5}
+
+
+def test_heartbeat_keeps_a_long_job_leased(tmp_path):
+    gate = tmp_path / "gate"
+    result = tasks.wait_for_file.enqueue(str(gate), key="long")
+    worker = Worker(burst=True, lease_seconds=0.3, poll_interval=0.05)
+
+    def run():
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: (tmp_path / "gate.started").exists(), message="handler start")
+        first = Job.objects.get(pk=result.id).locked_until
+        # Three renewals: the job has outlived its original lease several times over.
+        wait_until(
+            lambda: Job.objects.get(pk=result.id).locked_until >= first + timedelta(seconds=0.25),
+            message="lease renewals",
+        )
+        assert store.claim(worker_id="other", queues=None, limit=1, lease_seconds=1) == []
+    finally:
+        gate.write_text("go")
+        thread.join(timeout=30)
+    job = Job.objects.get(pk=result.id)
+    assert job.state == JobState.DONE and job.attempts == 1
+    assert worker.stats.leases_lost == 0
+    assert Execution.objects.filter(idempotency_key="effect:long").count() == 1
+
+
+def test_max_jobs_stops_after_that_many():
+    for n in range(5):
+        tasks.noop.enqueue(n)
+    worker = Worker(max_jobs=2, poll_interval=0.05)
+    assert worker.run() == 0
+    assert Job.objects.filter(state=JobState.DONE).count() == 2
+    assert Job.objects.filter(state=JobState.READY).count() == 3
+
+
+def test_burst_leaves_jobs_scheduled_for_later():
+    later = timezone.now() + timedelta(hours=1)
+    tasks.noop.using(run_after=later).enqueue()
+    tasks.noop.enqueue()
+    burst()
+    assert sorted(Job.objects.values_list("state", flat=True)) == ["done", "ready"]
