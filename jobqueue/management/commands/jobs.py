@@ -21,6 +21,8 @@ FIELDS = [
 
 
 class Command(BaseCommand):
+    # A quick shell tool: its output stays one line per result, without system-check noise.
+    requires_system_checks = []
     help = "List jobs, newest first."
 
     def add_arguments(self, parser):

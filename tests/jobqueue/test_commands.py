@@ -1,0 +1,62 @@
+"""The shell commands, including the README's enqueue → runworker --burst → jobs sequence."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from jobqueue.models import Job, JobState
+from tests.conftest import BASE_DIR
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tests.tasks.nope"], "unknown task 'tests.tasks.nope'"),
+        (["tests.tasks.not_a_task"], "not a task"),
+        (["tests.tasks.add", "--args", "[1,"], "--args is not valid JSON"),
+        (["tests.tasks.add", "--args", "{}"], "--args must be a JSON array"),
+        (["tests.tasks.add", "--kwargs", "[]"], "--kwargs must be a JSON object"),
+    ],
+)
+@pytest.mark.django_db
+def test_enqueue_rejects_bad_input_with_status_2(argv, message):
+    with pytest.raises(CommandError, match=message) as info:
+        call_command("enqueue", *argv)
+    assert info.value.returncode == 2
+    assert not Job.objects.exists()
+
+
+def manage(*argv, env):
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_documented_shell_sequence(workers):
+    env = workers.env
+    enqueued = manage("enqueue", "tests.tasks.add", "--args", "[2, 3]", "--key", "sum:2+3", env=env)
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = int(enqueued.stdout.strip())
+    again = manage("enqueue", "tests.tasks.add", "--args", "[2, 3]", "--key", "sum:2+3", env=env)
+    assert int(again.stdout.strip()) == job_id
+
+    bad = manage("enqueue", "tests.tasks.add", "--args", "not json", env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+    worker = manage("runworker", "--burst", env=env)
+    assert worker.returncode == 0, worker.stderr
+    assert "event=succeeded" in worker.stderr
+
+    listing = manage("jobs", "--json", "--state", "done", env=env)
+    [row] = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert row["id"] == job_id and row["state"] == JobState.DONE and row["attempts"] == 1
+    assert Job.objects.get(pk=job_id).return_value == 5
