@@ -124,3 +124,16 @@ LOGGING = {
         "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+
+# Dead-letter console (deadletters/conf.py documents each one).
+DEADLETTERS_REDACT_KEYS = [
+    key.strip()
+    for key in os.environ.get(
+        "DEADLETTERS_REDACT_KEYS", "password,secret,token,api_key,authorization,card_number"
+    ).split(",")
+    if key.strip()
+]
+DEADLETTERS_REPLAY_BATCH_SIZE = int(os.environ.get("DEADLETTERS_REPLAY_BATCH_SIZE", 100))
+DEADLETTERS_MAX_REPLAYS = int(os.environ.get("DEADLETTERS_MAX_REPLAYS", 3))
+DEADLETTERS_REPLAY_RATE = float(os.environ.get("DEADLETTERS_REPLAY_RATE", 0))
+DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")

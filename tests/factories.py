@@ -97,3 +97,52 @@ class DeadLetterFactory(factory.django.DjangoModelFactory):
         permanent = factory.Trait(
             error_class="jobqueue.errors.PermanentError", last_error="invalid payload", attempts=1
         )
+
+
+# --- deadletters: the console's audit log -----------------------------------------------
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "auth.User"
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"operator{n}")
+    password = factory.django.Password("pw-for-tests")
+
+
+class SelectionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "deadletters.Selection"
+
+    operator = factory.SubFactory(UserFactory)
+    action = "replay"
+    dead_letter_ids = factory.LazyFunction(list)
+    created_at = factory.LazyFunction(timezone.now)
+
+
+class ReplayRunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "deadletters.ReplayRun"
+
+    selection = factory.SubFactory(SelectionFactory)
+    action = factory.SelfAttribute("selection.action")
+    operator = factory.SelfAttribute("selection.operator")
+    operator_name = factory.SelfAttribute("operator.username")
+    reason = "receipt API fixed"
+    batch_size = 100
+    requested = factory.LazyAttribute(lambda o: len(o.selection.dead_letter_ids))
+    created_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
+
+
+class ReplayItemFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "deadletters.ReplayItem"
+
+    run = factory.SubFactory(ReplayRunFactory)
+    dead_letter = factory.SubFactory(DeadLetterFactory)
+    task_path = factory.SelfAttribute("dead_letter.task_path")
+    outcome = "replayed"
+    batch = 1
+    at = factory.LazyFunction(timezone.now)

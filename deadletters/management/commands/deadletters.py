@@ -1,0 +1,196 @@
+"""Console parity for incidents without a browser: the same selectors, services and audit."""
+
+import json
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from deadletters import selectors, services
+from deadletters.models import Action
+from deadletters.views import ACTION_PERMISSION, POISON, VIEW
+from jobqueue.models import DeadLetter, DeadLetterState
+
+LIST_FIELDS = [
+    "id",
+    "task_path",
+    "queue_name",
+    "state",
+    "error_class",
+    "attempts",
+    "replays",
+    "dead_lettered_at",
+]
+
+
+class Command(BaseCommand):
+    help = "Browse, replay and discard dead letters from the command line."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="command", required=True)
+
+        listing = sub.add_parser("list", help="Dead letters, newest first.")
+        self._filters(listing)
+        listing.add_argument("--state", choices=DeadLetterState.values, default=None)
+        listing.add_argument("--limit", type=int, default=50)
+        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+
+        show = sub.add_parser("show", help="One dead letter with its errors and history.")
+        show.add_argument("id", type=int)
+        show.add_argument("--json", action="store_true")
+
+        for name in ("replay", "discard"):
+            act = sub.add_parser(name, help=f"{name.title()} by id or by filter (audited).")
+            act.add_argument("ids", nargs="*", type=int)
+            self._filters(act)
+            act.add_argument("--limit", type=int, help="Required with a filter: at most N items.")
+            act.add_argument("--reason", required=True)
+            act.add_argument("--operator", required=True, help="Username the audit names.")
+            act.add_argument("--dry-run", action="store_true", help="Print the preview only.")
+            if name == "replay":
+                act.add_argument(
+                    "--allow-poisoned",
+                    action="store_true",
+                    help="Also replay items past the poison limit (needs the permission).",
+                )
+
+    def _filters(self, parser):
+        parser.add_argument("--job-type", default="")
+        parser.add_argument("--error-class", default="")
+        parser.add_argument("--queue", default="")
+
+    def handle(self, *args, **opts):
+        return getattr(self, f"do_{opts['command']}")(opts)
+
+    def do_list(self, opts):
+        f = selectors.ListFilter(
+            job_type=opts["job_type"],
+            error_class=opts["error_class"],
+            queue=opts["queue"],
+            state=opts["state"] or "",
+        )
+        rows = list(
+            selectors.filtered(f)
+            .order_by("-dead_lettered_at", "-id")
+            .values(*LIST_FIELDS, "last_error")[: opts["limit"]]
+        )
+        for row in rows:
+            if opts["json"]:
+                self.stdout.write(json.dumps(row, default=str))
+            else:
+                self.stdout.write(
+                    f"{row['id']:>8} {row['state']:<9} {row['task_path']} "
+                    f"{row['error_class']} replays={row['replays']} "
+                    f"{row['last_error'].splitlines()[0][:80] if row['last_error'] else ''!r}"
+                )
+        if not rows and not opts["json"]:
+            self.stdout.write("no dead letters")
+
+    def do_show(self, opts):
+        try:
+            d = selectors.detail(opts["id"])
+        except DeadLetter.DoesNotExist:
+            raise CommandError(f"No dead letter {opts['id']}") from None
+        letter = d.letter
+        data = {
+            **{name: getattr(letter, name) for name in LIST_FIELDS},
+            "idempotency_key": letter.idempotency_key,
+            "payload": json.loads(d.payload_json),
+            "last_error": letter.last_error,
+            "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in letter.errors],
+            "replay_jobs": [{"id": j.pk, "state": j.state} for j in d.replay_jobs],
+            "history": [
+                {
+                    "run": item.run_id,
+                    "operator": item.run.operator_name,
+                    "outcome": item.outcome,
+                    "reason": item.run.reason,
+                    "skip_reason": item.skip_reason,
+                    "job": item.job_id,
+                    "at": item.at,
+                }
+                for item in d.history
+            ],
+        }
+        if opts["json"]:
+            self.stdout.write(json.dumps(data, default=str))
+            return
+        for key, value in data.items():
+            if isinstance(value, list | dict):
+                value = json.dumps(value, default=str, indent=2)
+            self.stdout.write(f"{key}: {value}")
+
+    def do_replay(self, opts):
+        self._act(Action.REPLAY, opts)
+
+    def do_discard(self, opts):
+        self._act(Action.DISCARD, opts)
+
+    def _act(self, action, opts):
+        operator = self._operator(opts["operator"], ACTION_PERMISSION[action])
+        allow_poisoned = opts.get("allow_poisoned", False)
+        if allow_poisoned and not operator.has_perm(POISON):
+            raise CommandError(f"{operator} may not replay items past the poison limit.")
+        f = selectors.ListFilter(
+            job_type=opts["job_type"], error_class=opts["error_class"], queue=opts["queue"]
+        )
+        if opts["ids"]:
+            if f.as_json():
+                raise CommandError("Give ids or a filter, not both.")
+            ids = opts["ids"]
+        elif f.as_json():
+            if not opts["limit"]:
+                raise CommandError("A filter needs --limit N (the most items to act on).")
+            # Only pending items can be acted on; the rest would only be skipped.
+            f = selectors.ListFilter(**{**f.__dict__, "state": DeadLetterState.PENDING})
+            ids = list(
+                selectors.filtered(f)
+                .order_by("dead_lettered_at", "id")
+                .values_list("id", flat=True)[: opts["limit"]]
+            )
+        else:
+            raise CommandError("Give dead-letter ids or --job-type/--error-class/--queue.")
+        if not ids:
+            raise CommandError("Nothing matches.")
+        preview = selectors.preview(ids, action=action, allow_poisoned=allow_poisoned)
+        self.stdout.write(
+            f"{action}: {preview.total} selected, {preview.will_act} to {action}, "
+            f"{preview.skip_count} skipped; types: "
+            + ", ".join(f"{t}={n}" for t, n in preview.by_type)
+        )
+        if preview.previously_replayed:
+            self.stdout.write(
+                f"warning: {preview.previously_replayed} were replayed before (possible poison)"
+            )
+        for reason, n in preview.skipped:
+            self.stdout.write(f"  skip {n}: {reason}")
+        if opts["dry_run"]:
+            return
+        try:
+            selection = services.freeze_selection(
+                operator=operator, action=action, ids=ids, filter=f.as_json()
+            )
+            run = services.start_run(
+                operator=operator,
+                selection=selection,
+                reason=opts["reason"],
+                allow_poisoned=allow_poisoned,
+                background=False,
+            )
+        except services.RefusedError as exc:
+            raise CommandError(str(exc)) from exc
+        services.carry_out(run.pk, run.generation)
+        run.refresh_from_db()
+        self.stdout.write(
+            f"run {run.pk} {run.state}: {run.done} {action}ed, {run.skipped} skipped "
+            f"in {run.batches} batch(es)"
+        )
+
+    def _operator(self, username, permission):
+        User = get_user_model()
+        try:
+            user = User.objects.get(**{User.USERNAME_FIELD: username})
+        except User.DoesNotExist:
+            raise CommandError(f"No user {username!r}") from None
+        if not (user.is_active and user.has_perm(VIEW) and user.has_perm(permission)):
+            raise CommandError(f"{username} lacks {permission}.")
+        return user

@@ -1,0 +1,158 @@
+"""The audit log of the console: what was replayed or discarded, by whom, why, and the outcome.
+
+Append-only by contract: rows are created by deadletters.services and only a run's progress
+fields move forward while it executes; no view, admin action or command edits or deletes them.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from jobqueue.models import DeadLetter, Job
+
+
+class Action(models.TextChoices):
+    REPLAY = "replay", "Replay"
+    DISCARD = "discard", "Discard"
+
+
+class Selection(models.Model):
+    """The exact dead-letter ids an operator previewed; a run carries out exactly these."""
+
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    action = models.CharField(max_length=10, choices=Action.choices)
+    filter = models.JSONField(default=dict, blank=True)
+    dead_letter_ids = models.JSONField(default=list)
+    created_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"Selection {self.pk} ({len(self.dead_letter_ids)} items)"
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    CANCELLED = "cancelled", "Cancelled"
+    FINISHED = "finished", "Finished"
+
+
+ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING)
+
+
+class ReplayRun(models.Model):
+    """One confirmed replay or discard of a frozen selection, carried out batch by batch."""
+
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.REPLAY)
+    selection = models.OneToOneField(Selection, on_delete=models.PROTECT, related_name="run")
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    # Kept as text too, so the record reads the same after the account is renamed.
+    operator_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    filter = models.JSONField(default=dict, blank=True)
+    job_types = models.JSONField(default=list, blank=True)
+    allow_poisoned = models.BooleanField(default=False)
+    batch_size = models.PositiveIntegerField()
+    rate = models.FloatField(default=0, help_text="items per second; 0 is unlimited")
+
+    state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.QUEUED)
+    requested = models.PositiveIntegerField()
+    processed = models.PositiveIntegerField(default=0)  # position reached in the selection
+    done = models.PositiveIntegerField(default=0)  # replayed (or discarded)
+    skipped = models.PositiveIntegerField(default=0)
+    batches = models.PositiveIntegerField(default=0)
+    # Bumped on resume: a runner whose generation is stale stops, so one runner drives a run.
+    generation = models.PositiveIntegerField(default=0)
+    stopped_by = models.CharField(max_length=150, blank=True, default="")
+
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["created_at", "id"], name="deadletters_run_time_idx"),
+            models.Index(
+                fields=["operator_name", "created_at"], name="deadletters_run_operator_idx"
+            ),
+        ]
+        permissions = [
+            ("view_deadletter", "Can browse dead letters"),
+            ("replay_deadletter", "Can replay dead letters"),
+            ("discard_deadletter", "Can discard dead letters"),
+            ("replay_poisoned", "Can replay items past the poison limit"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_action_display()} run {self.pk} [{self.state}]"
+
+    @property
+    def is_active(self):
+        return self.state in ACTIVE_STATES
+
+    @property
+    def percent(self):
+        return 100 if not self.requested else round(100 * self.processed / self.requested)
+
+
+class Outcome(models.TextChoices):
+    REPLAYED = "replayed", "Replayed"
+    DISCARDED = "discarded", "Discarded"
+    SKIPPED = "skipped", "Skipped"
+
+
+class ReplayItem(models.Model):
+    """The ledger: one row per selected item a run handled, written in that batch's transaction."""
+
+    run = models.ForeignKey(ReplayRun, on_delete=models.PROTECT, related_name="items")
+    # No database constraint: the ledger outlives pruned queue rows and never blocks their writes.
+    dead_letter = models.ForeignKey(
+        DeadLetter,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # the (dead_letter, id) index below serves it
+        related_name="audit_items",
+    )
+    task_path = models.CharField(max_length=255)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    job = models.ForeignKey(
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    skip_reason = models.CharField(max_length=255, blank=True, default="")
+    batch = models.PositiveIntegerField()
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["dead_letter", "id"], name="deadletters_item_letter_idx"),
+            models.Index(fields=["task_path", "run"], name="deadletters_item_type_idx"),
+        ]
+
+    def __str__(self):
+        return f"{self.outcome} dead letter {self.dead_letter_id} in run {self.run_id}"
+
+    @property
+    def job_outcome(self):
+        """What became of the replay: pending, succeeded or dead again (None if not replayed)."""
+        if self.job_id is None:
+            return None
+        try:
+            job = self.job
+        except Job.DoesNotExist:
+            return "job pruned"
+        return JOB_OUTCOMES[job.state]
+
+
+JOB_OUTCOMES = {"ready": "pending", "running": "pending", "done": "succeeded", "dead": "dead again"}

@@ -1,0 +1,373 @@
+"""Reads of the console. Every list is keyset-paginated on (dead_lettered_at, id)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, Max, Min, Q
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import DeadLetter, DeadLetterState, Job
+
+from . import conf
+from .models import Action, ReplayItem, ReplayRun
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+REDACTED = "••••"
+POISON_REASON = "replayed {n} times already (poison limit)"
+# Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
+CHUNK = 5000
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    job_type: str = ""
+    queue: str = ""
+    error_class: str = ""
+    q: str = ""
+    since: datetime | None = None
+    until: datetime | None = None  # exclusive
+    state: str = ""
+    order: str = "newest"
+
+    def as_json(self) -> dict:
+        """The filter as recorded in the audit log."""
+        return {
+            k: (v.isoformat() if isinstance(v, datetime) else v)
+            for k, v in asdict(self).items()
+            if v
+        }
+
+
+def filtered(f: ListFilter):
+    qs = DeadLetter.objects.all()
+    if f.job_type:
+        qs = qs.filter(task_path=f.job_type)
+    if f.queue:
+        qs = qs.filter(queue_name=f.queue)
+    if f.error_class:
+        qs = qs.filter(error_class=f.error_class)
+    if f.q:
+        qs = qs.filter(last_error__icontains=f.q)
+    if f.since:
+        qs = qs.filter(dead_lettered_at__gte=f.since)
+    if f.until:
+        qs = qs.filter(dead_lettered_at__lt=f.until)
+    if f.state:
+        qs = qs.filter(state=f.state)
+    return qs
+
+
+def encode_cursor(letter) -> str:
+    return f"{(letter.dead_lettered_at - EPOCH) // timedelta(microseconds=1)}-{letter.pk}"
+
+
+def decode_cursor(text: str | None) -> tuple[datetime, int] | None:
+    if not text:
+        return None
+    try:
+        micros, pk = text.split("-", 1)
+        return EPOCH + timedelta(microseconds=int(micros)), int(pk)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _beyond(qs, cursor, *, descending: bool):
+    """Rows strictly past `cursor` in the given direction.
+
+    The plain range condition comes first so the index scan starts at the cursor; the OR only
+    breaks ties between rows of the same instant, so a deep page costs what the first one does.
+    """
+    at, pk = cursor
+    if descending:
+        return qs.filter(dead_lettered_at__lte=at).filter(Q(dead_lettered_at__lt=at) | Q(pk__lt=pk))
+    return qs.filter(dead_lettered_at__gte=at).filter(Q(dead_lettered_at__gt=at) | Q(pk__gt=pk))
+
+
+@dataclass
+class Page:
+    rows: list
+    next_cursor: str | None = None  # the `after` of the following page
+    prev_cursor: str | None = None  # the `before` of the preceding page
+
+
+def page(f: ListFilter, *, after=None, before=None, size=None) -> Page:
+    size = size or conf.get("PAGE_SIZE")
+    newest = f.order != "oldest"
+    order = ["-dead_lettered_at", "-id"] if newest else ["dead_lettered_at", "id"]
+    reverse = [o.lstrip("-") if o.startswith("-") else f"-{o}" for o in order]
+    qs = filtered(f).only(
+        "id",
+        "task_path",
+        "queue_name",
+        "last_error",
+        "error_class",
+        "attempts",
+        "replays",
+        "state",
+        "dead_lettered_at",
+    )
+    before_cursor, after_cursor = decode_cursor(before), decode_cursor(after)
+    if before_cursor:
+        rows = list(
+            _beyond(qs, before_cursor, descending=not newest).order_by(*reverse)[: size + 1]
+        )
+        has_more_before = len(rows) > size
+        rows = rows[:size][::-1]
+        return Page(
+            rows,
+            next_cursor=encode_cursor(rows[-1]) if rows else None,
+            prev_cursor=encode_cursor(rows[0]) if rows and has_more_before else None,
+        )
+    if after_cursor:
+        qs = _beyond(qs, after_cursor, descending=newest)
+    rows = list(qs.order_by(*order)[: size + 1])
+    has_more = len(rows) > size
+    rows = rows[:size]
+    return Page(
+        rows,
+        next_cursor=encode_cursor(rows[-1]) if has_more else None,
+        prev_cursor=encode_cursor(rows[0]) if rows and after_cursor else None,
+    )
+
+
+def count_matching(f: ListFilter, cap: int | None = None) -> tuple[int, bool]:
+    """How many rows match, counting at most `cap` + 1; returns (count, more_than_cap)."""
+    cap = cap or conf.get("MAX_SELECTION")
+    n = filtered(f).order_by()[: cap + 1].count()
+    return min(n, cap), n > cap
+
+
+def matching_ids(f: ListFilter, cap: int | None = None) -> list[int]:
+    """The ids a "select all matching" means, in list order; raises if more than `cap`."""
+    cap = cap or conf.get("MAX_SELECTION")
+    order = ["dead_lettered_at", "id"] if f.order == "oldest" else ["-dead_lettered_at", "-id"]
+    ids = list(filtered(f).order_by(*order).values_list("id", flat=True)[: cap + 1])
+    if len(ids) > cap:
+        raise SelectionTooLarge(cap)
+    return ids
+
+
+class SelectionTooLarge(ValueError):
+    def __init__(self, cap):
+        super().__init__(f"More than {cap:,} items match; narrow the filter.")
+
+
+def filter_choices():
+    """Values offered by the list's filter inputs (from the pending index's distinct types)."""
+    return {
+        "job_types": list(
+            DeadLetter.objects.order_by("task_path")
+            .values_list("task_path", flat=True)
+            .distinct()[:500]
+        ),
+    }
+
+
+# --- overview -----------------------------------------------------------------------------
+
+
+@dataclass
+class TypeSummary:
+    task_path: str
+    count: int
+    oldest: datetime
+    newest: datetime
+    died_again: int
+    top_errors: list[tuple[str, int]] = field(default_factory=list)
+    hourly: list[int] = field(default_factory=lambda: [0] * 24)
+
+    @property
+    def chart(self):
+        """Bars of the 24-hour SVG sparkline: (x, y, height, count, hours_ago)."""
+        peak = max(self.hourly) or 1
+        bars = []
+        for i, n in enumerate(self.hourly):
+            height = round(28 * n / peak, 1) if n else 0
+            bars.append((i * 5, 30 - height, height, n, 23 - i))
+        return bars
+
+
+def overview(*, now=None, top=3) -> list[TypeSummary]:
+    """One summary per job type with pending dead letters.
+
+    Three grouped reads, all bounded by the indexes: the counts walk the pending partial index
+    of `jobqueue_deadletter`, the error classes the pending (task_path, error_class) index this
+    app adds, and the chart only the last 24 hours of the time index.
+    """
+    now = now or timezone.now()
+    pending = DeadLetter.objects.filter(state=DeadLetterState.PENDING).order_by()
+    summaries = {
+        row["task_path"]: TypeSummary(**row)
+        for row in pending.values("task_path").annotate(
+            count=Count("id"),
+            oldest=Min("dead_lettered_at"),
+            newest=Max("dead_lettered_at"),
+            died_again=Count("id", filter=Q(replays__gt=0)),
+        )
+    }
+    errors = defaultdict(list)
+    for row in pending.values("task_path", "error_class").annotate(n=Count("id")):
+        errors[row["task_path"]].append((row["error_class"] or "(none)", row["n"]))
+    for path, counts in errors.items():
+        if path in summaries:
+            summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
+    start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    hourly = (
+        DeadLetter.objects.filter(dead_lettered_at__gte=start, dead_lettered_at__lte=now)
+        .order_by()
+        .annotate(hour=Trunc("dead_lettered_at", "hour", tzinfo=UTC))
+        .values("task_path", "hour")
+        .annotate(n=Count("id"))
+    )
+    for row in hourly:
+        summary = summaries.get(row["task_path"])
+        if summary is None:
+            continue
+        slot = int((row["hour"] - start) // timedelta(hours=1))
+        if 0 <= slot < 24:
+            summary.hourly[slot] += row["n"]
+    return sorted(summaries.values(), key=lambda s: (-s.count, s.task_path))
+
+
+# --- detail -------------------------------------------------------------------------------
+
+
+def redact(value, keys=None):
+    """A copy of a payload with the values of sensitive keys (at any depth) replaced."""
+    if keys is None:
+        keys = {k.lower() for k in conf.get("REDACT_KEYS")}
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if str(k).lower() in keys else redact(v, keys) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v, keys) for v in value]
+    return value
+
+
+@dataclass
+class Detail:
+    letter: DeadLetter
+    payload_json: str
+    original_job: Job | None
+    replay_jobs: list[Job]
+    history: list[ReplayItem]
+
+
+def detail(pk: int) -> Detail:
+    letter = DeadLetter.objects.get(pk=pk)
+    payload = redact({"args": letter.args, "kwargs": letter.kwargs})
+    return Detail(
+        letter=letter,
+        payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),
+        original_job=Job.objects.filter(pk=letter.original_job_id).first()
+        if letter.original_job_id
+        else None,
+        replay_jobs=list(letter.replay_jobs.order_by("id")),
+        history=list(
+            ReplayItem.objects.filter(dead_letter_id=letter.pk)
+            .select_related("run", "job")
+            .order_by("-id")
+        ),
+    )
+
+
+# --- preview ------------------------------------------------------------------------------
+
+
+@dataclass
+class Preview:
+    action: str
+    total: int = 0
+    will_act: int = 0
+    by_type: list[tuple[str, int]] = field(default_factory=list)
+    previously_replayed: int = 0
+    poisoned: int = 0
+    skipped: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def skip_count(self):
+        return self.total - self.will_act
+
+
+def in_chunks(ids):
+    ids = list(ids)
+    for i in range(0, len(ids), CHUNK):
+        yield ids[i : i + CHUNK]
+
+
+def preview(ids, *, action: str, allow_poisoned: bool = False) -> Preview:
+    """What a run of these ids would do now, by the same rules the run applies per batch."""
+    max_replays = conf.get("MAX_REPLAYS")
+    found = {}
+    for chunk in in_chunks(ids):
+        for pk, state, replays, path in DeadLetter.objects.filter(pk__in=chunk).values_list(
+            "pk", "state", "replays", "task_path"
+        ):
+            found[pk] = (state, replays, path)
+    result = Preview(action=action, total=len(ids))
+    types, skipped = Counter(), Counter()
+    for pk in ids:
+        if pk not in found:
+            skipped[store.SKIP_MISSING] += 1
+            continue
+        state, replays, path = found[pk]
+        types[path] += 1
+        if replays:
+            result.previously_replayed += 1
+        if state != DeadLetterState.PENDING:
+            skipped[store.SKIP_REASONS[state]] += 1
+        elif action == Action.REPLAY and replays >= max_replays and not allow_poisoned:
+            result.poisoned += 1
+            skipped[POISON_REASON.format(n=max_replays)] += 1
+        else:
+            if action == Action.REPLAY and replays >= max_replays:
+                result.poisoned += 1
+            result.will_act += 1
+    result.by_type = types.most_common()
+    result.skipped = skipped.most_common()
+    return result
+
+
+# --- audit --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    operator: str = ""
+    job_type: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
+    runs = ReplayRun.objects.all()
+    if f.operator:
+        runs = runs.filter(operator_name=f.operator)
+    if f.job_type:
+        runs = runs.filter(pk__in=ReplayItem.objects.filter(task_path=f.job_type).values("run_id"))
+    if f.since:
+        runs = runs.filter(created_at__gte=f.since)
+    if f.until:
+        runs = runs.filter(created_at__lt=f.until)
+    if before:
+        runs = runs.filter(pk__lt=before)
+    rows = list(runs.order_by("-id")[: size + 1])
+    return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
+
+
+def run_items(run: ReplayRun, *, after: int | None = None, size: int = 100):
+    items = run.items.select_related("job").order_by("id")
+    if after:
+        items = items.filter(pk__gt=after)
+    rows = list(items[: size + 1])
+    return rows[:size], (rows[size - 1].pk if len(rows) > size else None)

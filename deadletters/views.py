@@ -1,0 +1,256 @@
+"""Thin views: parse the request, check the permission, call a selector or service, render.
+
+HTMX requests get the partial that changes (`template#partial`), full loads the whole page.
+"""
+
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from jobqueue.models import DeadLetter
+
+from . import conf, selectors, services
+from .forms import ConfirmForm, FilterForm, _day_start
+from .models import Action, ReplayRun, Selection
+
+VIEW = "deadletters.view_deadletter"
+ACTION_PERMISSION = {
+    Action.REPLAY: "deadletters.replay_deadletter",
+    Action.DISCARD: "deadletters.discard_deadletter",
+}
+POISON = "deadletters.replay_poisoned"
+
+
+def console_view(view):
+    """Login required (redirect to the login page), then the view permission (403)."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.has_perm(VIEW):
+            raise PermissionDenied
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _partial(request, template, partial):
+    return f"{template}#{partial}" if request.htmx and not request.htmx.boosted else template
+
+
+@require_GET
+@console_view
+def overview(request):
+    context = {
+        "summaries": selectors.overview(),
+        "now": timezone.now(),
+        "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+    }
+    return render(request, _partial(request, "deadletters/overview.html", "groups"), context)
+
+
+@require_GET
+@console_view
+def letter_list(request):
+    form = FilterForm(request.GET or None)
+    f = form.to_filter() if request.GET else FilterForm({}).to_filter()
+    result = selectors.page(f, after=request.GET.get("after"), before=request.GET.get("before"))
+    context = {
+        "form": form if request.GET else FilterForm(),
+        "page": result,
+        "filter_query": _filter_query(request),
+        "choices": selectors.filter_choices(),
+        "states": dict(DeadLetter._meta.get_field("state").choices),
+        **_permissions(request.user),
+    }
+    return render(request, _partial(request, "deadletters/list.html", "results"), context)
+
+
+@require_GET
+@console_view
+def matching_count(request):
+    f = FilterForm(request.GET).to_filter()
+    count, more = selectors.count_matching(f)
+    return render(
+        request,
+        "deadletters/list.html#select-all",
+        {"count": count, "more": more, "filter_query": _filter_query(request)},
+    )
+
+
+def _filter_query(request):
+    """The filter part of the query string (without the page cursors)."""
+    query = request.GET.copy()
+    for key in ("after", "before"):
+        query.pop(key, None)
+    return query.urlencode()
+
+
+def _permissions(user):
+    return {
+        "can_replay": user.has_perm(ACTION_PERMISSION[Action.REPLAY]),
+        "can_discard": user.has_perm(ACTION_PERMISSION[Action.DISCARD]),
+        "can_replay_poisoned": user.has_perm(POISON),
+    }
+
+
+@require_GET
+@console_view
+def letter_detail(request, pk):
+    try:
+        detail = selectors.detail(pk)
+    except DeadLetter.DoesNotExist:
+        raise Http404("No such dead letter") from None
+    return render(
+        request,
+        "deadletters/detail.html",
+        {"d": detail, "letter": detail.letter, **_permissions(request.user)},
+    )
+
+
+@require_POST
+@console_view
+def preview(request):
+    """Freeze the chosen ids (ticked rows, or every row matching the filter) and preview."""
+    action = request.POST.get("action")
+    if action not in ACTION_PERMISSION:
+        raise Http404("Unknown action")
+    if not request.user.has_perm(ACTION_PERMISSION[action]):
+        raise PermissionDenied
+    f = FilterForm(request.POST).to_filter()
+    try:
+        if request.POST.get("select_all") == "1":
+            ids = selectors.matching_ids(f)
+        else:
+            ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+        selection = services.freeze_selection(
+            operator=request.user, action=action, ids=ids, filter=f.as_json()
+        )
+    except (selectors.SelectionTooLarge, services.RefusedError) as exc:
+        messages.error(request, str(exc))
+        return redirect(request.POST.get("back") or reverse("deadletters:list"))
+    return redirect("deadletters:confirm", pk=selection.pk)
+
+
+def _own_selection(request, pk):
+    selection = get_object_or_404(Selection, pk=pk, operator=request.user)
+    if not request.user.has_perm(ACTION_PERMISSION[selection.action]):
+        raise PermissionDenied
+    return selection
+
+
+@console_view
+def confirm(request, pk):
+    """GET: the preview of a frozen selection. POST: confirm it with a reason, start the run."""
+    selection = _own_selection(request, pk)
+    if hasattr(selection, "run"):
+        return redirect("deadletters:run", pk=selection.run.pk)
+    may_poison = request.user.has_perm(POISON)
+    form = ConfirmForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        allow_poisoned = form.cleaned_data["allow_poisoned"]
+        if allow_poisoned and not may_poison:
+            raise PermissionDenied
+        try:
+            run = services.start_run(
+                operator=request.user,
+                selection=selection,
+                reason=form.cleaned_data["reason"],
+                allow_poisoned=allow_poisoned,
+                rate=form.cleaned_data["rate"],
+            )
+        except services.RefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("deadletters:run", pk=run.pk)
+    allow_poisoned = may_poison and form.data.get("allow_poisoned") in ("on", "true", "1")
+    context = {
+        "selection": selection,
+        "preview": selectors.preview(
+            selection.dead_letter_ids, action=selection.action, allow_poisoned=allow_poisoned
+        ),
+        "form": form,
+        "can_replay_poisoned": may_poison,
+        "max_replays": conf.get("MAX_REPLAYS"),
+        "batch_size": conf.get("REPLAY_BATCH_SIZE"),
+    }
+    return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@console_view
+def run_detail(request, pk):
+    run = get_object_or_404(ReplayRun, pk=pk)
+    items, next_after = selectors.run_items(run, after=_int(request.GET.get("after")))
+    context = {
+        "run": run,
+        "items": items,
+        "next_after": next_after,
+        "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
+    }
+    return render(request, _partial(request, "deadletters/run.html", "progress"), context)
+
+
+@require_POST
+@console_view
+def run_control(request, pk, command):
+    run = get_object_or_404(ReplayRun, pk=pk)
+    if not request.user.has_perm(ACTION_PERMISSION[run.action]):
+        raise PermissionDenied
+    handler = {"pause": services.pause, "resume": services.resume, "cancel": services.cancel}
+    if not handler[command](run, operator=request.user):
+        messages.warning(
+            request, f"The run is {run.get_state_display().lower()}; nothing to {command}."
+        )
+    if request.htmx:
+        return render(
+            request,
+            "deadletters/run.html#progress",
+            {"run": run, "can_control": True},
+        )
+    return redirect("deadletters:run", pk=run.pk)
+
+
+@require_GET
+@console_view
+def audit(request):
+    f = selectors.AuditFilter(
+        operator=request.GET.get("operator", "").strip(),
+        job_type=request.GET.get("job_type", "").strip(),
+        since=_date(request.GET.get("since")),
+        until=_date(request.GET.get("until"), plus_days=1),
+    )
+    runs, next_before = selectors.audit_runs(f, before=_int(request.GET.get("before")))
+    query = request.GET.copy()
+    query.pop("before", None)
+    return render(
+        request,
+        "deadletters/audit.html",
+        {
+            "runs": runs,
+            "next_before": next_before,
+            "f": request.GET,
+            "filter_query": query.urlencode(),
+        },
+    )
+
+
+def _int(text):
+    return int(text) if text and text.isdigit() else None
+
+
+def _date(text, plus_days=0):
+    from django import forms
+
+    try:
+        day = forms.DateField().clean(text) if text else None
+    except forms.ValidationError:
+        return None
+    return _day_start(day, plus_days=plus_days)

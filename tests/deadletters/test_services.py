@@ -1,0 +1,238 @@
+from collections import Counter
+
+import pytest
+from django.db import IntegrityError
+
+from deadletters import services
+from deadletters.models import ReplayItem, ReplayRun, RunState
+from jobqueue import store
+from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
+from jobqueue.worker import Worker
+from tests.factories import DeadLetterFactory
+
+from .conftest import user_with_role
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def small_batches(settings):
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 3
+
+
+def start(operator, letters, *, action="replay", reason="API fixed", **kwargs):
+    selection = services.freeze_selection(
+        operator=operator, action=action, ids=[dl.pk for dl in letters]
+    )
+    return services.start_run(operator=operator, selection=selection, reason=reason, **kwargs)
+
+
+def test_small_run_replays_in_the_request_with_ledger(operator):
+    letters = DeadLetterFactory.create_batch(3)
+    run = start(operator, letters)
+    assert run.state == RunState.FINISHED
+    assert (run.requested, run.done, run.skipped, run.batches) == (3, 3, 0, 1)
+    for letter in letters:
+        letter.refresh_from_db()
+        assert letter.state == DeadLetterState.REPLAYING
+        job = Job.objects.get(replayed_from=letter)
+        # The replay keeps the job's identity.
+        assert (job.task_path, job.args, job.idempotency_key) == (
+            letter.task_path,
+            letter.args,
+            letter.idempotency_key,
+        )
+        item = ReplayItem.objects.get(run=run, dead_letter=letter)
+        assert (item.outcome, item.job_id, item.job_outcome) == ("replayed", job.pk, "pending")
+
+
+def test_reason_is_required(operator):
+    letter = DeadLetterFactory()
+    selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+    with pytest.raises(services.RefusedError, match="reason"):
+        services.start_run(operator=operator, selection=selection, reason="   ")
+    assert not ReplayRun.objects.exists()
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.PENDING
+
+
+def test_selection_is_confirmed_once_and_only_by_its_operator(operator):
+    letter = DeadLetterFactory()
+    selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+    other = user_with_role("operator", "someone-else")
+    with pytest.raises(services.RefusedError, match="another operator"):
+        services.start_run(operator=other, selection=selection, reason="x")
+    services.start_run(operator=operator, selection=selection, reason="x")
+    with pytest.raises(services.RefusedError, match="already been confirmed"):
+        services.start_run(operator=operator, selection=selection, reason="x")
+
+
+def test_frozen_selection_ignores_items_that_die_after_the_preview(operator):
+    previewed = DeadLetterFactory.create_batch(2, task_path="a")
+    selection = services.freeze_selection(
+        operator=operator, action="replay", ids=[dl.pk for dl in previewed]
+    )
+    late = DeadLetterFactory(task_path="a")  # matches the same filter, died after the preview
+    run = services.start_run(operator=operator, selection=selection, reason="fixed")
+    assert run.requested == 2
+    late.refresh_from_db()
+    assert late.state == DeadLetterState.PENDING
+    assert set(run.items.values_list("dead_letter_id", flat=True)) == {dl.pk for dl in previewed}
+
+
+def test_double_replay_is_refused(operator):
+    letter = DeadLetterFactory()
+    start(operator, [letter])
+    second = start(operator, [letter])
+    assert (second.done, second.skipped) == (0, 1)
+    assert second.items.get().skip_reason == "an earlier replay is still pending"
+    assert Job.objects.filter(replayed_from=letter).count() == 1
+
+
+def test_poison_limit_needs_the_permission(operator, admin_operator, settings):
+    settings.DEADLETTERS_MAX_REPLAYS = 3
+    poison = DeadLetterFactory(replays=3)
+    run = start(operator, [poison])
+    assert (run.done, run.skipped) == (0, 1)
+    assert run.items.get().skip_reason == "replayed 3 times already (poison limit)"
+    poison.refresh_from_db()
+    assert poison.state == DeadLetterState.PENDING
+    bypass = start(admin_operator, [poison], allow_poisoned=True)
+    assert bypass.done == 1
+    poison.refresh_from_db()
+    assert poison.replays == 4
+
+
+def test_discard_keeps_the_row(operator):
+    letter = DeadLetterFactory()
+    run = start(operator, [letter], action="discard", reason="customer refunded by hand")
+    assert run.done == 1
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.DISCARDED and letter.discarded_at
+    assert run.items.get().outcome == "discarded"
+    assert DeadLetter.objects.filter(pk=letter.pk).exists()
+
+
+def test_big_run_goes_to_the_background_and_batches_stay_bounded(operator, small_batches):
+    letters = DeadLetterFactory.create_batch(8)
+    run = start(operator, letters)
+    assert run.state == RunState.QUEUED and run.processed == 0
+    runner = Job.objects.get(task_path="deadletters.tasks.carry_out_run")
+    assert runner.queue_name == "deadletters"
+    assert runner.args == [run.pk, run.generation]
+    services.carry_out(run.pk, run.generation)
+    run.refresh_from_db()
+    assert run.state == RunState.FINISHED
+    assert (run.processed, run.done, run.batches) == (8, 8, 3)
+    assert Counter(run.items.values_list("batch", flat=True)) == {1: 3, 2: 3, 3: 2}
+
+
+def test_rate_paces_batches(operator, small_batches):
+    letters = DeadLetterFactory.create_batch(7)
+    run = start(operator, letters, rate=2.0)
+    waits = []
+    services.carry_out(run.pk, run.generation, sleep=waits.append, clock=lambda: 0.0)
+    # 3 items at 2/s = 1.5 s after each batch that leaves work behind.
+    assert waits == [1.5, 1.5]
+
+
+def test_resumed_run_replays_nothing_twice(operator, small_batches, monkeypatch):
+    letters = DeadLetterFactory.create_batch(8)
+    run = start(operator, letters)
+    # The first runner commits one batch, then dies in the middle of the second.
+    services.process_batch(run.pk, generation=run.generation)
+    real_replay = store.replay
+
+    def dies_mid_batch(ids, **kwargs):
+        real_replay(ids, **kwargs)
+        raise SystemExit("worker killed")
+
+    monkeypatch.setattr(store, "replay", dies_mid_batch)
+    with pytest.raises(SystemExit):
+        services.process_batch(run.pk, generation=run.generation)
+    monkeypatch.setattr(store, "replay", real_replay)
+    # The job is retried by the queue: same runner, same generation.
+    services.carry_out(run.pk, run.generation)
+    run.refresh_from_db()
+    assert (run.state, run.processed, run.done, run.skipped) == (RunState.FINISHED, 8, 8, 0)
+    assert sorted(run.items.values_list("dead_letter_id", flat=True)) == sorted(
+        dl.pk for dl in letters
+    )
+    for letter in letters:
+        letter.refresh_from_db()
+        assert letter.replays == 1
+        assert Job.objects.filter(replayed_from=letter).count() == 1
+
+
+def test_audit_and_replay_commit_together(operator, monkeypatch):
+    letters = DeadLetterFactory.create_batch(3)
+    real_replay = store.replay
+
+    def fails_after_replaying(ids, **kwargs):
+        real_replay(ids, **kwargs)
+        raise RuntimeError("database went away mid-batch")
+
+    monkeypatch.setattr(store, "replay", fails_after_replaying)
+    with pytest.raises(RuntimeError):
+        start(operator, letters)
+    assert not ReplayRun.objects.exists()
+    assert not ReplayItem.objects.exists()
+    assert not Job.objects.filter(replayed_from__isnull=False).exists()
+    assert set(DeadLetter.objects.values_list("state", "replays")) == {("pending", 0)}
+
+
+def test_failed_ledger_write_rolls_back_the_replay(operator, small_batches, monkeypatch):
+    letters = DeadLetterFactory.create_batch(5)
+    run = start(operator, letters)
+
+    def ledger_fails(*args, **kwargs):
+        raise IntegrityError("ledger insert failed")
+
+    monkeypatch.setattr(ReplayItem.objects, "bulk_create", ledger_fails)
+    with pytest.raises(IntegrityError):
+        services.process_batch(run.pk)
+    assert set(DeadLetter.objects.values_list("state", flat=True)) == {"pending"}
+    assert not Job.objects.filter(replayed_from__isnull=False).exists()
+    run.refresh_from_db()
+    assert run.processed == 0
+
+
+def test_pause_resume_cancel(operator, small_batches):
+    letters = DeadLetterFactory.create_batch(9)
+    run = start(operator, letters)
+    first_generation = run.generation
+    services.process_batch(run.pk, generation=first_generation)
+    assert services.pause(run, operator=operator)
+    assert run.state == RunState.PAUSED and run.stopped_by == operator.username
+    # The paused runner stops without touching anything.
+    assert services.process_batch(run.pk, generation=first_generation).handled == 0
+    assert services.resume(run, operator=operator)
+    assert run.generation == first_generation + 1 and run.state == RunState.RUNNING
+    # The old runner cannot come back; the new one (enqueued by resume) carries on.
+    assert services.process_batch(run.pk, generation=first_generation).handled == 0
+    assert Job.objects.filter(
+        task_path="deadletters.tasks.carry_out_run", args=[run.pk, run.generation]
+    ).exists()
+    services.process_batch(run.pk, generation=run.generation)
+    assert services.cancel(run, operator=operator)
+    assert run.state == RunState.CANCELLED and run.processed == 6
+    assert not services.resume(run, operator=operator)
+    assert services.process_batch(run.pk, generation=run.generation).handled == 0
+    assert DeadLetter.objects.filter(state="pending").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_background_runner_on_a_real_worker(small_batches):
+    operator = user_with_role("operator")
+    letters = DeadLetterFactory.create_batch(7, task_path="tests.tasks.noop", args=[1])
+    run = start(operator, letters)
+    assert run.state == RunState.QUEUED
+    # Burst: runs the runner, then the replayed noop jobs it enqueued.
+    Worker(burst=True, concurrency=2).run()
+    run.refresh_from_db()
+    assert (run.state, run.done, run.batches) == (RunState.FINISHED, 7, 3)
+    assert set(DeadLetter.objects.values_list("state", flat=True)) == {"replayed"}
+    assert set(Job.objects.filter(replayed_from__isnull=False).values_list("state", flat=True)) == {
+        JobState.DONE
+    }
+    assert {item.job_outcome for item in run.items.select_related("job")} == {"succeeded"}
