@@ -140,6 +140,7 @@ class Worker:
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
         self._db_backoff = 0.0
+        self.listener: Listener | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ class Worker:
             thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        listener = self._start_listener()
+        listener = self.listener = self._start_listener()
         try:
             self._loop()
             self._drain()
@@ -544,6 +545,7 @@ class Listener(threading.Thread):
         self.queues = set(queues) if queues else None
         self.wake = wake
         self._stop_event = threading.Event()
+        self.listening = threading.Event()
 
     def stop(self):
         self._stop_event.set()
@@ -558,12 +560,14 @@ class Listener(threading.Thread):
             try:
                 with psycopg.connect(**self.params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.listening.set()
                     backoff = 0.1
                     while not self._stop_event.is_set():
                         for note in conn.notifies(timeout=0.25):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
+                self.listening.clear()
                 logger.debug("event=listener_error error=%s", _logfmt(exc))
                 self._stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
