@@ -154,6 +154,12 @@ class Worker:
             # Leases left behind expire and are swept; nothing is lost, only delayed.
             os.write(2, b"jobqueue: second signal, exiting now\n")
             os._exit(1)
+        # os.write, not logging: a handler can interrupt code that holds the logging lock.
+        os.write(
+            2,
+            f"jobqueue: {signal.Signals(signum).name} received, stopping; "
+            f"a second signal exits at once\n".encode(),
+        )
         self.stop()
 
     def stop(self):
