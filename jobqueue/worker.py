@@ -40,6 +40,19 @@ from jobqueue.models import Job, JobState
 
 logger = logging.getLogger("jobqueue.worker")
 
+# Crash drills: JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat makes the worker
+# SIGKILL itself at that point, so tests and operators can rehearse recovery with real processes.
+FAULT = os.environ.get("JOBQUEUE_FAULT", "")
+FAULT_POINTS = {"after_claim", "after_effect", "after_ack", "heartbeat"}
+if FAULT and FAULT not in FAULT_POINTS:
+    raise RuntimeError(f"JOBQUEUE_FAULT must be one of {sorted(FAULT_POINTS)}, not {FAULT!r}")
+
+
+def fault_point(name: str):
+    if name == FAULT:
+        os.write(2, f"jobqueue: fault point {name}: SIGKILL\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
     """One logfmt line per job event, greppable and parseable: event=… job_id=… task=…"""
@@ -242,6 +255,8 @@ class Worker:
                 sweep=sweep,
             )
             self._claimed_empty = not jobs
+            if jobs:
+                fault_point("after_claim")
             for job in jobs:
                 self.stats.claimed += 1
                 self.held[job.pk] = Held(job)
@@ -412,10 +427,12 @@ class Worker:
         return bool(done or failed)
 
     def _acknowledge(self, done):
+        fault_point("after_effect")  # the handlers returned: their effects are committed
         try:
             acked = store.acknowledge(
                 [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
             )
+            fault_point("after_ack")
         except DatabaseError:
             # Keep the results; the next step acknowledges them (or their leases lapse).
             for item in done:
@@ -502,6 +519,7 @@ class Worker:
             return
         self._last_heartbeat = now_mono
         jobs = [h.job for h in self.held.values() if not h.lost]
+        fault_point("heartbeat")
         kept = store.extend_leases(
             jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
         )
