@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "jobqueue",
     "deadletters",
+    "demo",
 ]
 
 MIDDLEWARE = [

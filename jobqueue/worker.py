@@ -40,6 +40,19 @@ from jobqueue.models import Job, JobState
 
 logger = logging.getLogger("jobqueue.worker")
 
+# Crash drills: JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat makes the worker
+# SIGKILL itself at that point, so tests and operators can rehearse recovery with real processes.
+FAULT = os.environ.get("JOBQUEUE_FAULT", "")
+FAULT_POINTS = {"after_claim", "after_effect", "after_ack", "heartbeat"}
+if FAULT and FAULT not in FAULT_POINTS:
+    raise RuntimeError(f"JOBQUEUE_FAULT must be one of {sorted(FAULT_POINTS)}, not {FAULT!r}")
+
+
+def fault_point(name: str):
+    if name == FAULT:
+        os.write(2, f"jobqueue: fault point {name}: SIGKILL\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
     """One logfmt line per job event, greppable and parseable: event=… job_id=… task=…"""
@@ -140,6 +153,7 @@ class Worker:
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
         self._db_backoff = 0.0
+        self.listener: Listener | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -153,6 +167,12 @@ class Worker:
             # Leases left behind expire and are swept; nothing is lost, only delayed.
             os.write(2, b"jobqueue: second signal, exiting now\n")
             os._exit(1)
+        # os.write, not logging: a handler can interrupt code that holds the logging lock.
+        os.write(
+            2,
+            f"jobqueue: {signal.Signals(signum).name} received, stopping; "
+            f"a second signal exits at once\n".encode(),
+        )
         self.stop()
 
     def stop(self):
@@ -172,7 +192,7 @@ class Worker:
             thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        listener = self._start_listener()
+        listener = self.listener = self._start_listener()
         try:
             self._loop()
             self._drain()
@@ -235,6 +255,8 @@ class Worker:
                 sweep=sweep,
             )
             self._claimed_empty = not jobs
+            if jobs:
+                fault_point("after_claim")
             for job in jobs:
                 self.stats.claimed += 1
                 self.held[job.pk] = Held(job)
@@ -405,10 +427,12 @@ class Worker:
         return bool(done or failed)
 
     def _acknowledge(self, done):
+        fault_point("after_effect")  # the handlers returned: their effects are committed
         try:
             acked = store.acknowledge(
                 [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
             )
+            fault_point("after_ack")
         except DatabaseError:
             # Keep the results; the next step acknowledges them (or their leases lapse).
             for item in done:
@@ -495,6 +519,7 @@ class Worker:
             return
         self._last_heartbeat = now_mono
         jobs = [h.job for h in self.held.values() if not h.lost]
+        fault_point("heartbeat")
         kept = store.extend_leases(
             jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
         )
@@ -544,6 +569,7 @@ class Listener(threading.Thread):
         self.queues = set(queues) if queues else None
         self.wake = wake
         self._stop_event = threading.Event()
+        self.listening = threading.Event()
 
     def stop(self):
         self._stop_event.set()
@@ -558,12 +584,14 @@ class Listener(threading.Thread):
             try:
                 with psycopg.connect(**self.params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.listening.set()
                     backoff = 0.1
                     while not self._stop_event.is_set():
                         for note in conn.notifies(timeout=0.25):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
+                self.listening.clear()
                 logger.debug("event=listener_error error=%s", _logfmt(exc))
                 self._stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

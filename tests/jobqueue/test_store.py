@@ -60,8 +60,6 @@ def test_claim_takes_at_most_the_limit_in_priority_order():
     low = [enqueue(priority=0) for _ in range(3)]
     high = enqueue(priority=10)
     batch = claim(at(0), limit=2)
-    assert len(batch) == 2
-    assert batch[0].pk == high.pk or high.pk in {j.pk for j in batch}
     assert {j.pk for j in batch} == {high.pk, low[0].pk}
 
 

@@ -4,7 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from django.tasks import TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
@@ -174,3 +174,33 @@ def test_burst_leaves_jobs_scheduled_for_later():
     tasks.noop.enqueue()
     burst()
     assert sorted(Job.objects.values_list("state", flat=True)) == ["done", "ready"]
+
+
+def test_postgres_notify_wakes_an_idle_worker_long_before_its_poll():
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite workers poll")
+    worker = Worker(poll_interval=60)
+
+    def run():
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: worker.listener and worker.listener.listening.is_set(),
+            message="worker listening",
+        )
+        result = tasks.noop.enqueue(7)
+        wait_until(
+            lambda: Job.objects.get(pk=result.id).state == JobState.DONE,
+            timeout=10,
+            message="job run without waiting for the 60 s poll",
+        )
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()

@@ -1,0 +1,177 @@
+"""`manage.py demo`: the Field Notes scenario with real workers, the console and an outage."""
+
+import io
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from django.core.servers.basehttp import WSGIServer, run
+from django.core.wsgi import get_wsgi_application
+from django.db import connections
+
+from demo import services
+from demo.models import Payment
+
+ACCOUNTS = (("operator", "operator"), ("viewer", "viewer"))
+
+
+class Command(BaseCommand):
+    help = "Run the Field Notes demo: real workers, the console, and a receipt outage."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--password", default=None, help="Password for both demo accounts (default: generated)."
+        )
+        parser.add_argument(
+            "--outage",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="How long the receipt service is down from the start (default 60).",
+        )
+        parser.add_argument(
+            "--payments",
+            type=int,
+            default=24,
+            help="Payments seeded on a fresh database (default 24).",
+        )
+        parser.add_argument("--workers", type=int, default=2, help="Worker processes (default 2).")
+        parser.add_argument("--fresh", action="store_true", help="Start from an empty database.")
+
+    def handle(self, *args, **opts):
+        if opts["fresh"]:
+            self.wipe()
+        call_command("migrate", verbosity=0)
+        passwords = self.accounts(opts["password"])
+        seeded = 0
+        if not Payment.objects.exists():
+            seeded = len(services.seed(payments=opts["payments"]))
+        if opts["outage"] > 0:
+            outage = services.start_outage("receipts", opts["outage"])
+        connections.close_all()
+
+        log_path = Path(settings.VAR_DIR) / "demo-workers.log"
+        workers = self.start_workers(opts["workers"], log_path)
+        url = f"http://{opts['host']}:{opts['port']}/deadletters/"
+        database = connections["default"].settings_dict["NAME"]
+        lines = [
+            f"Redrive demo on {connections['default'].vendor} ({database})",
+            f"  console:   {url}",
+            *(f"  {role + ':':<10} {name} / {passwords[name]}" for name, role in ACCOUNTS),
+            f"  payments:  {seeded} seeded now, {Payment.objects.count()} in all",
+        ]
+        if opts["outage"] > 0:
+            lines.append(
+                f"  outage:    receipt service down until {outage.until:%H:%M:%S} UTC; "
+                "receipts exhaust their attempts and become dead letters"
+            )
+            timer = threading.Timer(opts["outage"], self.outage_over)
+            timer.daemon = True
+            timer.start()
+        lines += [
+            f"  workers:   {len(workers)} x runworker (log: {log_path})",
+            "Ctrl-C stops the server and drains the workers.",
+        ]
+        self.stdout.write("\n".join(lines))
+        self.stdout.flush()
+
+        # A process manager's SIGTERM stops the demo the same way as Ctrl-C.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            run(
+                opts["host"],
+                opts["port"],
+                StaticFilesHandler(get_wsgi_application()),
+                threading=True,
+                server_cls=QuietServer,
+            )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop_workers(workers)
+
+    def wipe(self):
+        connection = connections["default"]
+        if connection.vendor == "sqlite":
+            connection.close()
+            name = Path(connection.settings_dict["NAME"])
+            for path in (name, Path(f"{name}-wal"), Path(f"{name}-shm")):
+                path.unlink(missing_ok=True)
+        else:
+            call_command("migrate", verbosity=0)
+            call_command("flush", interactive=False, verbosity=0)
+
+    def accounts(self, password):
+        passwords = {}
+        for name, role in ACCOUNTS:
+            passwords[name] = password or secrets.token_urlsafe(9)
+            if get_user_model().objects.filter(username=name).exists():
+                user = get_user_model().objects.get(username=name)
+                user.set_password(passwords[name])
+                user.save(update_fields=["password"])
+            else:
+                call_command(
+                    "createoperator",
+                    name,
+                    "--role",
+                    role,
+                    "--password",
+                    passwords[name],
+                    stdout=io.StringIO(),
+                )
+        return passwords
+
+    def start_workers(self, count, log_path):
+        log = open(log_path, "a")  # noqa: SIM115 - shared by the worker processes until they exit
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        return [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(manage),
+                    "runworker",
+                    "--concurrency",
+                    "2",
+                    "--poll",
+                    "0.5",
+                    "--grace",
+                    "10",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Own session: a terminal's Ctrl-C reaches only us; we stop them with one SIGTERM.
+                start_new_session=True,
+            )
+            for _ in range(count)
+        ]
+
+    def stop_workers(self, workers):
+        self.stdout.write("Stopping: draining workers...")
+        for proc in workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in workers:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.stdout.write("Stopped.")
+
+    def outage_over(self):
+        self.stdout.write("The receipt service is back: replay the dead receipts from the console.")
+        self.stdout.flush()
+
+
+class QuietServer(WSGIServer):
+    daemon_threads = True
