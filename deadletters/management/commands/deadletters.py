@@ -133,11 +133,12 @@ class Command(BaseCommand):
         f = selectors.ListFilter(
             job_type=opts["job_type"], error_class=opts["error_class"], queue=opts["queue"]
         )
+        has_filter = any(opts[name] for name in ("job_type", "error_class", "queue"))
         if opts["ids"]:
-            if f.as_json():
+            if has_filter:
                 raise CommandError("Give ids or a filter, not both.")
             ids = opts["ids"]
-        elif f.as_json():
+        elif has_filter:
             if not opts["limit"]:
                 raise CommandError("A filter needs --limit N (the most items to act on).")
             # Only pending items can be acted on; the rest would only be skipped.

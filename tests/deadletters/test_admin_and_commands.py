@@ -1,0 +1,160 @@
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+
+from deadletters.models import ReplayItem, ReplayRun
+from jobqueue.models import DeadLetter, Job
+from tests.factories import DeadLetterFactory, ReplayItemFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def superuser_client():
+    user = User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_admin_is_read_only_and_cannot_delete_audit_rows(superuser_client):
+    item = ReplayItemFactory()
+    run = item.run
+    for model, obj in (("replayrun", run), ("replayitem", item), ("selection", run.selection)):
+        changelist = superuser_client.get(reverse(f"admin:deadletters_{model}_changelist"))
+        assert changelist.status_code == 200
+        assert b'name="action"' not in changelist.content  # no bulk actions, no delete_selected
+        change = reverse(f"admin:deadletters_{model}_change", args=[obj.pk])
+        assert superuser_client.get(change).status_code == 200  # view-only page
+        assert superuser_client.post(change, {"reason": "rewritten"}).status_code == 403
+        delete = reverse(f"admin:deadletters_{model}_delete", args=[obj.pk])
+        assert superuser_client.post(delete, {"post": "yes"}).status_code == 403
+        assert superuser_client.get(reverse(f"admin:deadletters_{model}_add")).status_code == 403
+    run.refresh_from_db()
+    assert run.reason == "receipt API fixed"
+    assert ReplayRun.objects.count() == 1 and ReplayItem.objects.count() == 1
+
+
+def test_dead_letter_admin_is_read_only(superuser_client):
+    letter = DeadLetterFactory()
+    change = reverse("admin:jobqueue_deadletter_change", args=[letter.pk])
+    assert superuser_client.get(change).status_code == 200
+    assert superuser_client.post(change, {"state": "discarded"}).status_code == 403
+    delete = reverse("admin:jobqueue_deadletter_delete", args=[letter.pk])
+    assert superuser_client.post(delete, {"post": "yes"}).status_code == 403
+    letter.refresh_from_db()
+    assert letter.state == "pending"
+
+
+def test_createoperator_roles():
+    call_command("createoperator", "vic", role="viewer", password="s3cret-pass")
+    vic = User.objects.get(username="vic")
+    assert vic.check_password("s3cret-pass")
+    assert vic.has_perm("deadletters.view_deadletter")
+    assert not vic.has_perm("deadletters.replay_deadletter")
+    call_command("createoperator", "vic", role="operator")
+    vic = User.objects.get(username="vic")  # fresh permission cache
+    assert vic.has_perm("deadletters.replay_deadletter")
+    assert vic.has_perm("deadletters.discard_deadletter")
+    assert not vic.has_perm("deadletters.replay_poisoned")
+    assert vic.check_password("s3cret-pass")  # unchanged without --password
+    call_command("createoperator", "ada", role="admin", password="pw-pw-pw")
+    ada = User.objects.get(username="ada")
+    assert ada.is_staff and ada.has_perm("deadletters.replay_poisoned")
+    assert ada.has_perm("jobqueue.view_deadletter")
+    assert ada.groups.count() == 1
+
+
+def test_createoperator_needs_a_password_without_a_terminal():
+    with pytest.raises(CommandError, match="--password"):
+        call_command("createoperator", "ghost", role="viewer")
+    assert not User.objects.filter(username="ghost").exists()
+
+
+@pytest.fixture
+def cli_operator():
+    call_command("createoperator", "oncall", role="operator", password="pw-pw-pw")
+
+
+def run_cli(*args):
+    from io import StringIO
+
+    out = StringIO()
+    call_command("deadletters", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_cli_list_and_show(cli_operator):
+    letter = DeadLetterFactory(task_path="shop.receipt", kwargs={"password": "hunter2"})
+    DeadLetterFactory(task_path="shop.other")
+    rows = [
+        json.loads(line)
+        for line in run_cli("list", "--job-type", "shop.receipt", "--json").splitlines()
+    ]
+    assert [row["id"] for row in rows] == [letter.pk]
+    shown = json.loads(run_cli("show", str(letter.pk), "--json"))
+    assert shown["payload"]["kwargs"]["password"] == "••••"
+    assert shown["idempotency_key"] == letter.idempotency_key
+    with pytest.raises(CommandError):
+        run_cli("show", "999999")
+
+
+def test_cli_replay_by_filter_uses_the_same_bounds_and_audit(cli_operator, settings):
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    letters = DeadLetterFactory.create_batch(5, task_path="shop.receipt")
+    out = run_cli(
+        "replay",
+        "--job-type",
+        "shop.receipt",
+        "--limit",
+        "4",
+        "--reason",
+        "API back",
+        "--operator",
+        "oncall",
+        "--dry-run",
+    )
+    assert "4 selected, 4 to replay" in out
+    assert not ReplayRun.objects.exists()
+    out = run_cli(
+        "replay",
+        "--job-type",
+        "shop.receipt",
+        "--limit",
+        "4",
+        "--reason",
+        "API back",
+        "--operator",
+        "oncall",
+    )
+    run = ReplayRun.objects.get()
+    assert (run.operator_name, run.reason, run.done, run.batches) == ("oncall", "API back", 4, 2)
+    assert f"run {run.pk} finished" in out
+    assert Job.objects.filter(replayed_from__isnull=False).count() == 4
+    # Oldest first: the newest one stays pending.
+    assert DeadLetter.objects.get(state="pending") == letters[-1]
+    # The CLI drove the run itself; no background runner was enqueued.
+    assert not Job.objects.filter(task_path="deadletters.tasks.carry_out_run").exists()
+
+
+def test_cli_discard_by_ids_and_refusals(cli_operator):
+    letter = DeadLetterFactory()
+    call_command("createoperator", "peek", role="viewer", password="pw-pw-pw")
+    with pytest.raises(CommandError, match="lacks"):
+        run_cli("discard", str(letter.pk), "--reason", "x", "--operator", "peek")
+    with pytest.raises(CommandError, match="reason"):
+        run_cli("discard", str(letter.pk), "--reason", " ", "--operator", "oncall")
+    with pytest.raises(CommandError, match="--limit"):
+        run_cli("discard", "--job-type", "x", "--reason", "r", "--operator", "oncall")
+    with pytest.raises(CommandError, match="poison"):
+        run_cli(
+            "replay", str(letter.pk), "--reason", "r", "--operator", "oncall", "--allow-poisoned"
+        )
+    run_cli("discard", str(letter.pk), "--reason", "dupe", "--operator", "oncall")
+    letter.refresh_from_db()
+    assert letter.state == "discarded"
+    assert ReplayItem.objects.get().outcome == "discarded"
