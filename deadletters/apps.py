@@ -1,7 +1,24 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class DeadlettersConfig(AppConfig):
     name = "deadletters"
     verbose_name = "Dead letters"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        post_migrate.connect(_ensure_pending_counts, sender=self)
+
+
+def _ensure_pending_counts(sender, using, plan=None, **kwargs):
+    from django.db import connections
+    from django.db.migrations.recorder import MigrationRecorder
+
+    connection = connections[using]
+    applied = MigrationRecorder(connection).applied_migrations()
+    if ("deadletters", "0003_pending_count_triggers") not in applied:
+        return  # migrated backwards (or not yet); the migration installs them
+    from . import pending_counts
+
+    pending_counts.ensure(connection)

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
@@ -15,7 +15,7 @@ from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 
 from . import conf
-from .models import Action, ReplayItem, ReplayRun
+from .models import Action, PendingCount, ReplayItem, ReplayRun
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REDACTED = "••••"
@@ -162,13 +162,11 @@ class SelectionTooLarge(ValueError):
 
 
 def filter_choices():
-    """Values offered by the list's filter inputs (from the pending index's distinct types)."""
+    """Suggestions for the filter inputs: the job types and error classes with pending items."""
+    rows = PendingCount.objects.filter(pending__gt=0)
     return {
-        "job_types": list(
-            DeadLetter.objects.order_by("task_path")
-            .values_list("task_path", flat=True)
-            .distinct()[:500]
-        ),
+        "job_types": sorted(set(rows.values_list("task_path", flat=True))),
+        "error_classes": sorted(set(rows.values_list("error_class", flat=True))),
     }
 
 
@@ -197,44 +195,44 @@ class TypeSummary:
 
 
 def overview(*, now=None, top=3) -> list[TypeSummary]:
-    """One summary per job type with pending dead letters.
+    """One summary per job type with pending dead letters, without counting the big table.
 
-    Three grouped reads, all bounded by the indexes: the counts walk the pending partial index
-    of `jobqueue_deadletter`, the error classes the pending (task_path, error_class) index this
-    app adds, and the chart only the last 24 hours of the time index.
+    Counts, error classes and died-again come from the trigger-kept PendingCount rows; oldest
+    and newest are two probes per type of the pending partial index; the chart reads only the
+    last 24 hours of the (task_path, dead_lettered_at, id) index.
     """
     now = now or timezone.now()
-    pending = DeadLetter.objects.filter(state=DeadLetterState.PENDING).order_by()
-    summaries = {
-        row["task_path"]: TypeSummary(**row)
-        for row in pending.values("task_path").annotate(
-            count=Count("id"),
-            oldest=Min("dead_lettered_at"),
-            newest=Max("dead_lettered_at"),
-            died_again=Count("id", filter=Q(replays__gt=0)),
-        )
-    }
+    summaries: dict[str, TypeSummary] = {}
     errors = defaultdict(list)
-    for row in pending.values("task_path", "error_class").annotate(n=Count("id")):
-        errors[row["task_path"]].append((row["error_class"] or "(none)", row["n"]))
-    for path, counts in errors.items():
-        if path in summaries:
-            summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
+    for row in PendingCount.objects.filter(pending__gt=0).order_by("task_path"):
+        summary = summaries.setdefault(row.task_path, TypeSummary(row.task_path, 0, None, None, 0))
+        summary.count += row.pending
+        summary.died_again += row.died_again
+        errors[row.task_path].append((row.error_class or "(none)", row.pending))
+    pending = DeadLetter.objects.filter(state=DeadLetterState.PENDING)
+    for path, summary in summaries.items():
+        summary.top_errors = sorted(errors[path], key=lambda c: (-c[1], c[0]))[:top]
+        of_type = pending.filter(task_path=path)
+        summary.oldest = (
+            of_type.order_by("dead_lettered_at").values_list("dead_lettered_at", flat=True).first()
+        )
+        summary.newest = (
+            of_type.order_by("-dead_lettered_at").values_list("dead_lettered_at", flat=True).first()
+        )
     start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
     hourly = (
-        DeadLetter.objects.filter(dead_lettered_at__gte=start, dead_lettered_at__lte=now)
+        DeadLetter.objects.filter(
+            task_path__in=list(summaries), dead_lettered_at__gte=start, dead_lettered_at__lte=now
+        )
         .order_by()
         .annotate(hour=Trunc("dead_lettered_at", "hour", tzinfo=UTC))
         .values("task_path", "hour")
         .annotate(n=Count("id"))
     )
     for row in hourly:
-        summary = summaries.get(row["task_path"])
-        if summary is None:
-            continue
         slot = int((row["hour"] - start) // timedelta(hours=1))
         if 0 <= slot < 24:
-            summary.hourly[slot] += row["n"]
+            summaries[row["task_path"]].hourly[slot] += row["n"]
     return sorted(summaries.values(), key=lambda s: (-s.count, s.task_path))
 
 
