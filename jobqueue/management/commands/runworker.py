@@ -1,4 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from jobqueue.worker import Worker
 
@@ -12,6 +14,17 @@ def positive(kind):
 
     parse.__name__ = f"positive {kind.__name__}"
     return parse
+
+
+def ensure_migrated():
+    """Refuse to start on an unmigrated database rather than retry a missing table forever."""
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:3])
+        raise CommandError(
+            f"the database has unapplied migrations ({names}...): run `manage.py migrate` first"
+        )
 
 
 class Command(BaseCommand):
@@ -70,7 +83,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         if opts["prefetch"] is not None and opts["prefetch"] < 0:
-            raise CommandError("--prefetch must be 0 or more")
+            raise CommandError("--prefetch must be 0 or more", returncode=2)
+        ensure_migrated()
         worker = Worker(
             queues=opts["queues"],
             concurrency=opts["concurrency"],
