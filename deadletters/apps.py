@@ -8,17 +8,17 @@ class DeadlettersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        post_migrate.connect(_ensure_pending_counts, sender=self)
+        post_migrate.connect(_ensure_counters, sender=self)
 
 
-def _ensure_pending_counts(sender, using, plan=None, **kwargs):
+def _ensure_counters(sender, using, plan=None, **kwargs):
     from django.db import connections
     from django.db.migrations.recorder import MigrationRecorder
 
     connection = connections[using]
     applied = MigrationRecorder(connection).applied_migrations()
-    if ("deadletters", "0003_pending_count_triggers") not in applied:
+    if ("deadletters", "0003_count_triggers") not in applied:
         return  # migrated backwards (or not yet); the migration installs them
-    from . import pending_counts
+    from . import counters
 
-    pending_counts.ensure(connection)
+    counters.ensure(connection)

@@ -181,3 +181,23 @@ class PendingCount(models.Model):
 
     def __str__(self):
         return f"{self.task_path} {self.error_class}: {self.pending}"
+
+
+class HourlyCount(models.Model):
+    """Dead-letterings per job type and hour (UTC), counted by the same triggers.
+
+    An item that dies again after a replay counts again in the hour it died. The overview's
+    24-hour chart reads these rows instead of grouping a day of dead letters.
+    """
+
+    task_path = models.CharField(max_length=255)
+    hour = models.DateTimeField()
+    dead_lettered = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "task_path"], name="deadletters_hourly_uniq")
+        ]
+
+    def __str__(self):
+        return f"{self.task_path} {self.hour:%Y-%m-%d %H}h: {self.dead_lettered}"

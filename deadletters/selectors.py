@@ -7,15 +7,14 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Q
-from django.db.models.functions import Trunc
+from django.db.models import OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 
 from . import conf
-from .models import Action, PendingCount, ReplayItem, ReplayRun
+from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REDACTED = "••••"
@@ -197,42 +196,39 @@ class TypeSummary:
 def overview(*, now=None, top=3) -> list[TypeSummary]:
     """One summary per job type with pending dead letters, without counting the big table.
 
-    Counts, error classes and died-again come from the trigger-kept PendingCount rows; oldest
-    and newest are two probes per type of the pending partial index; the chart reads only the
-    last 24 hours of the (task_path, dead_lettered_at, id) index.
+    Two small reads of the trigger-kept counters (deadletters.counters) and one statement
+    whose per-type subqueries each probe the pending partial index once for oldest and newest.
     """
     now = now or timezone.now()
-    summaries: dict[str, TypeSummary] = {}
-    errors = defaultdict(list)
-    for row in PendingCount.objects.filter(pending__gt=0).order_by("task_path"):
-        summary = summaries.setdefault(row.task_path, TypeSummary(row.task_path, 0, None, None, 0))
-        summary.count += row.pending
-        summary.died_again += row.died_again
-        errors[row.task_path].append((row.error_class or "(none)", row.pending))
-    pending = DeadLetter.objects.filter(state=DeadLetterState.PENDING)
-    for path, summary in summaries.items():
-        summary.top_errors = sorted(errors[path], key=lambda c: (-c[1], c[0]))[:top]
-        of_type = pending.filter(task_path=path)
-        summary.oldest = (
-            of_type.order_by("dead_lettered_at").values_list("dead_lettered_at", flat=True).first()
-        )
-        summary.newest = (
-            of_type.order_by("-dead_lettered_at").values_list("dead_lettered_at", flat=True).first()
-        )
-    start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
-    hourly = (
-        DeadLetter.objects.filter(
-            task_path__in=list(summaries), dead_lettered_at__gte=start, dead_lettered_at__lte=now
-        )
-        .order_by()
-        .annotate(hour=Trunc("dead_lettered_at", "hour", tzinfo=UTC))
-        .values("task_path", "hour")
-        .annotate(n=Count("id"))
+    pending = DeadLetter.objects.filter(
+        state=DeadLetterState.PENDING, task_path=OuterRef("task_path")
     )
-    for row in hourly:
-        slot = int((row["hour"] - start) // timedelta(hours=1))
+    summaries = {
+        row["task_path"]: TypeSummary(**row)
+        for row in PendingCount.objects.filter(pending__gt=0)
+        .values("task_path")
+        .order_by("task_path")
+        .annotate(
+            count=Sum("pending"),
+            died_again=Sum("died_again"),
+            oldest=Subquery(pending.order_by("dead_lettered_at").values("dead_lettered_at")[:1]),
+            newest=Subquery(pending.order_by("-dead_lettered_at").values("dead_lettered_at")[:1]),
+        )
+    }
+    errors = defaultdict(list)
+    for path, error_class, n in PendingCount.objects.filter(
+        task_path__in=list(summaries), pending__gt=0
+    ).values_list("task_path", "error_class", "pending"):
+        errors[path].append((error_class or "(none)", n))
+    for path, counts in errors.items():
+        summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
+    start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    for path, hour, n in HourlyCount.objects.filter(
+        task_path__in=list(summaries), hour__gte=start
+    ).values_list("task_path", "hour", "dead_lettered"):
+        slot = int((hour - start) // timedelta(hours=1))
         if 0 <= slot < 24:
-            summaries[row["task_path"]].hourly[slot] += row["n"]
+            summaries[path].hourly[slot] += n
     return sorted(summaries.values(), key=lambda s: (-s.count, s.task_path))
 
 

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from deadletters import selectors
 from deadletters.selectors import ListFilter
+from jobqueue import store
 from tests.factories import DeadLetterFactory
 
 pytestmark = pytest.mark.django_db
@@ -129,7 +130,8 @@ def test_overview_groups_pending_by_type():
     DeadLetterFactory(
         task_path="a", error_class="E2", replays=2, dead_lettered_at=now - timedelta(hours=2)
     )
-    DeadLetterFactory(task_path="a", replayed=True, dead_lettered_at=now)
+    replayed_since = DeadLetterFactory(task_path="a", dead_lettered_at=now)
+    store.replay([replayed_since.pk])
     DeadLetterFactory(task_path="b", discarded=True)
     [a] = selectors.overview(now=now)
     assert a.task_path == "a"
@@ -138,7 +140,7 @@ def test_overview_groups_pending_by_type():
     assert a.top_errors == [("E1", 2), ("E2", 1)]
     assert a.oldest == now - timedelta(hours=30)
     assert a.newest == now - timedelta(minutes=5)
-    # Every dead letter of the last 24 h is charted, whatever its state now.
+    # Every dead-lettering of the last 24 h is charted, whatever became of the item since.
     assert sum(a.hourly) == 3
     assert a.hourly[-1] == 2  # this hour: 5 minutes ago and now
     assert len(a.chart) == 24

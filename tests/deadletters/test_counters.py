@@ -2,7 +2,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count, Q
 
-from deadletters import pending_counts
+from deadletters import counters
 from deadletters.models import PendingCount
 from jobqueue import store
 from jobqueue.models import DeadLetter
@@ -47,6 +47,28 @@ def test_counts_follow_every_kind_of_change():
     assert counted() == truth() == {("a", "E3"): (1, 1), ("c", "E2"): (1, 0)}
 
 
+def test_hourly_counts_each_dead_lettering_including_dying_again():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deadletters.models import HourlyCount
+
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    letter = DeadLetterFactory(task_path="a", dead_lettered_at=hour + timedelta(minutes=10))
+    DeadLetterFactory(task_path="a", dead_lettered_at=hour + timedelta(minutes=59))
+    DeadLetterFactory(task_path="a", dead_lettered_at=hour + timedelta(minutes=60))
+    store.replay([letter.pk])
+    died_again_at = hour + timedelta(hours=2, minutes=1)
+    DeadLetter.objects.filter(pk=letter.pk).update(state="pending", dead_lettered_at=died_again_at)
+    counts = dict(HourlyCount.objects.filter(task_path="a").values_list("hour", "dead_lettered"))
+    assert counts == {
+        hour: 2,
+        hour + timedelta(hours=1): 1,
+        hour + timedelta(hours=2): 1,
+    }
+
+
 def test_a_rolled_back_change_leaves_the_counts_alone():
     from django.db import transaction
 
@@ -59,17 +81,13 @@ def test_a_rolled_back_change_leaves_the_counts_alone():
 
 def test_ensure_reinstalls_dropped_triggers_and_recounts():
     DeadLetterFactory(task_path="a", error_class="E")
-    drops = (
-        pending_counts.POSTGRESQL_DROP
-        if connection.vendor == "postgresql"
-        else pending_counts.SQLITE_DROP
-    )
+    drops = counters.drop_statements(connection.vendor)
     with connection.cursor() as cursor:
         for sql in drops:
             cursor.execute(sql)
     DeadLetterFactory(task_path="a", error_class="E")  # not counted: no triggers
     assert counted() == {("a", "E"): (1, 0)}
-    assert not pending_counts.installed(connection)
-    assert pending_counts.ensure(connection) is True
+    assert not counters.installed(connection)
+    assert counters.ensure(connection) is True
     assert counted() == truth() == {("a", "E"): (2, 0)}
-    assert pending_counts.ensure(connection) is False
+    assert counters.ensure(connection) is False

@@ -1,0 +1,277 @@
+"""Dead-letter console speed at 1,000,000 dead letters over 20 job types (PostgreSQL).
+
+    uv run python bench/console.py [--rows 1000000] [--keep]
+
+Creates (and afterwards drops, unless --keep) the database `redrive_bench_console` next to the
+one DATABASE_URL names (default postgres://postgres@127.0.0.1:5432/), migrates it, fills it
+with generate_series, then measures server time through Django's test Client (no network):
+median of 20 requests after warm-up, each next to a bare indexed SELECT of the same rows
+measured in the same run, and a 10,000-item replay run at an unlimited rate.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+BENCH_DB = "redrive_bench_console"
+JOB_TYPES = 20
+REPEAT = 20
+
+FILL = """
+INSERT INTO jobqueue_deadletter (
+    source, original_job_id, task_path, queue_name, priority, backend, args, kwargs,
+    idempotency_key, max_attempts, attempts, last_error, error_class, traceback, errors,
+    first_failed_at, dead_lettered_at, state, replays, last_replayed_at, discarded_at
+)
+SELECT
+    'jobqueue', g,
+    'bench.tasks.job_' || lpad((g %% %(types)s)::text, 2, '0'),
+    (ARRAY['default', 'mail', 'billing'])[1 + g %% 3],
+    0, 'default',
+    jsonb_build_array(g),
+    jsonb_build_object('order_id', g, 'password', 'hunter2'),
+    'bench:' || g, 5, 5,
+    'upstream answered 503 for order ' || g || ' (attempt 5 of 5)',
+    (ARRAY['builtins.ConnectionError', 'builtins.TimeoutError', 'builtins.KeyError',
+           'jobqueue.errors.PermanentError', 'httpx.HTTPStatusError'])[1 + (g / 7) %% 5],
+    'Traceback (most recent call last):\n  ...\nbuiltins.ConnectionError: 503\n',
+    jsonb_build_array(jsonb_build_object(
+        'attempt', 5, 'at', ts, 'worker_id', 'bench:1',
+        'exception_class_path', 'builtins.ConnectionError', 'message', '503',
+        'traceback', 'Traceback (most recent call last):\n  ...\n')),
+    ts - interval '5 minutes', ts,
+    CASE WHEN (g * 7919) %% 100 < 85 THEN 'pending'
+         WHEN (g * 7919) %% 100 < 93 THEN 'replayed' ELSE 'discarded' END,
+    CASE WHEN (g * 7919) %% 100 BETWEEN 85 AND 92 OR g %% 40 = 0 THEN 1 ELSE 0 END,
+    NULL, NULL
+FROM (
+    SELECT g, now() - g * (interval '30 days' / %(rows)s) AS ts
+    FROM generate_series(1::bigint, %(rows)s::bigint) AS g
+) AS s
+"""
+
+
+def database_urls():
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    parts = urlsplit(base)
+    if not parts.scheme.startswith("postgres"):
+        sys.exit("bench/console.py needs PostgreSQL: set DATABASE_URL=postgres://…")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    bench = urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
+    return admin, bench
+
+
+def recreate_database(admin_url):
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {BENCH_DB}")
+
+
+def drop_database(admin_url):
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+
+
+def median_ms(fn, repeat=REPEAT, warmup=2):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--replay", type=int, default=10_000)
+    parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
+    parser.add_argument("--reuse", action="store_true", help="Reuse a kept, filled database.")
+    args = parser.parse_args()
+
+    admin_url, bench_url = database_urls()
+    if not args.reuse:
+        recreate_database(admin_url)
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    try:
+        run(args)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if not args.keep:
+            drop_database(admin_url)
+
+
+def run(args):
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from deadletters import services
+    from deadletters.roles import assign
+    from jobqueue import store
+    from jobqueue.models import DeadLetter
+    from tests.factories import UserFactory
+
+    setup_test_environment()  # lets the test Client run against this database
+    if not args.reuse:
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute(FILL, {"rows": args.rows, "types": JOB_TYPES})
+            cursor.execute("VACUUM ANALYZE jobqueue_deadletter")
+        print(f"filled {args.rows:,} dead letters in {time.perf_counter() - started:.1f}s")
+    user = UserFactory(username="bench-admin")
+    assign(user, "admin")
+    client = Client()
+    client.force_login(user)
+
+    job_type = "bench.tasks.job_07"
+    pending = DeadLetter.objects.filter(task_path=job_type, state="pending")
+    per_type = pending.count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT dead_lettered_at, id FROM jobqueue_deadletter WHERE task_path = %s "
+            "AND state = 'pending' ORDER BY dead_lettered_at DESC, id DESC OFFSET %s LIMIT 1",
+            [job_type, per_type * 9 // 10],
+        )
+        deep_at, deep_id = cursor.fetchone()
+    from deadletters.selectors import encode_cursor
+
+    deep_cursor = encode_cursor(DeadLetter(pk=deep_id, dead_lettered_at=deep_at))
+    letter_id = pending.order_by("-id").values_list("id", flat=True)[0]
+
+    def get(url, **params):
+        def call():
+            response = client.get(url, params)
+            assert response.status_code == 200, (url, response.status_code)
+
+        return call
+
+    def sql(statement, params):
+        def call():
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                cursor.fetchall()
+
+        return call
+
+    page_sql = (
+        "SELECT id, task_path, queue_name, last_error, error_class, attempts, replays, state, "
+        "dead_lettered_at FROM jobqueue_deadletter WHERE task_path = %s AND state = 'pending' "
+        "{cursor} ORDER BY dead_lettered_at DESC, id DESC LIMIT 51"
+    )
+    cases = [
+        (
+            "overview (20 job types)",
+            get("/deadletters/"),
+            sql(
+                "SELECT task_path, count(*) FROM jobqueue_deadletter WHERE state = 'pending' "
+                "GROUP BY task_path",
+                [],
+            ),
+            "GROUP BY task_path count",
+        ),
+        (
+            f"list {job_type}, pending, first page",
+            get("/deadletters/list/", job_type=job_type, state="pending"),
+            sql(page_sql.format(cursor=""), [job_type]),
+            "same 51 rows",
+        ),
+        (
+            f"list {job_type}, pending, page at 90% ({per_type * 9 // 10:,} rows in)",
+            get("/deadletters/list/", job_type=job_type, state="pending", after=deep_cursor),
+            sql(
+                page_sql.format(
+                    cursor="AND (dead_lettered_at, id) < (%s, %s)",
+                ),
+                [job_type, deep_at, deep_id],
+            ),
+            "same 51 rows",
+        ),
+        (
+            "list, all types, text search 'order 123'",
+            get("/deadletters/list/", q="order 123"),
+            sql(
+                "SELECT id FROM jobqueue_deadletter WHERE last_error ILIKE %s "
+                "ORDER BY dead_lettered_at DESC, id DESC LIMIT 51",
+                ["%order 123%"],
+            ),
+            "same 51 rows",
+        ),
+        (
+            "select-all count (capped at 100,000)",
+            get("/deadletters/list/count/", job_type=job_type, state="pending"),
+            sql(
+                "SELECT count(*) FROM (SELECT 1 FROM jobqueue_deadletter WHERE task_path = %s "
+                "AND state = 'pending' LIMIT 100001) s",
+                [job_type],
+            ),
+            "same capped count",
+        ),
+        (
+            f"detail #{letter_id}",
+            get(f"/deadletters/{letter_id}/"),
+            sql("SELECT * FROM jobqueue_deadletter WHERE id = %s", [letter_id]),
+            "SELECT by id",
+        ),
+    ]
+    print(f"\n{args.rows:,} dead letters, {JOB_TYPES} job types; {job_type}: {per_type:,} pending")
+    print(f"server time, median of {REPEAT} (ms)")
+    print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}  baseline")
+    for name, page_call, baseline_call, baseline_name in cases:
+        page_ms = median_ms(page_call)
+        base_ms = median_ms(baseline_call)
+        print(
+            f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}  {baseline_name}"
+        )
+
+    ids = list(
+        DeadLetter.objects.filter(state="pending", replays=0)
+        .order_by("id")
+        .values_list("id", flat=True)[: args.replay * 2]
+    )
+    run_ids, bare_ids = ids[: args.replay], ids[args.replay :]
+    selection = services.freeze_selection(operator=user, action="replay", ids=run_ids)
+    started = time.perf_counter()
+    run = services.start_run(
+        operator=user, selection=selection, reason="bench", rate=0, background=False
+    )
+    services.carry_out(run.pk, run.generation)
+    run_seconds = time.perf_counter() - started
+    run.refresh_from_db()
+    assert run.done == args.replay, (run.done, run.skipped)
+    batch = run.batch_size
+    started = time.perf_counter()
+    for i in range(0, len(bare_ids), batch):
+        store.replay(bare_ids[i : i + batch])
+    bare_seconds = time.perf_counter() - started
+    print(
+        f"\nreplay run of {args.replay:,} items "
+        f"({run.batches} batches of {batch}, unlimited rate): "
+        f"{run_seconds:.2f}s = {args.replay / run_seconds:,.0f} items/s; "
+        f"bare store.replay of {len(bare_ids):,} in the same batches: {bare_seconds:.2f}s "
+        f"(ratio {run_seconds / bare_seconds:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
