@@ -282,6 +282,8 @@ class Worker:
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
+                logger.info("event=claim_batch worker=%s n=%d limit=%d", self.worker_id,
+                            len(jobs), limit)
             for job in jobs:
                 self.stats.claimed += 1
                 self.held[job.pk] = Held(job)
