@@ -110,6 +110,7 @@ JOBQUEUE = {
     "BACKOFF_CAP": float(os.environ.get("JOBQUEUE_BACKOFF_CAP", 3600.0)),
     "LEASE_SECONDS": float(os.environ.get("JOBQUEUE_LEASE_SECONDS", 30.0)),
     "POLL_INTERVAL": float(os.environ.get("JOBQUEUE_POLL_INTERVAL", 1.0)),
+    "LOCK_TIMEOUT": float(os.environ.get("JOBQUEUE_LOCK_TIMEOUT", 5.0)),
 }
 
 LOGGING = {

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from django.conf import settings
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -32,18 +31,8 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from jobqueue import store
+from jobqueue.conf import policy
 from jobqueue.models import Job, JobState
-
-
-def policy(name: str):
-    defaults = {
-        "MAX_ATTEMPTS": 5,
-        "BACKOFF_BASE": 1.0,
-        "BACKOFF_CAP": 3600.0,
-        "LEASE_SECONDS": 30.0,
-        "POLL_INTERVAL": 1.0,
-    }
-    return getattr(settings, "JOBQUEUE", {}).get(name, defaults[name])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,9 +86,9 @@ class DatabaseBackend(BaseTaskBackend):
         self.validate_task(task)
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-            store.dumps([args, kwargs])
+            store.check_payload(args, kwargs)
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"Task arguments must be JSON-serialisable: {exc}") from exc
+            raise InvalidTask(f"Task arguments must be JSON-serialisable and small: {exc}") from exc
         return store.NewJob(
             task_path=task.module_path,
             args=args,

@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections
+from django.db.backends.signals import connection_created
 from django.tasks import TaskContext
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
 from jobqueue import store
-from jobqueue.backend import DatabaseBackend, load_task, policy
+from jobqueue.backend import DatabaseBackend, load_task
 from jobqueue.backoff import retry_delay
+from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
 from jobqueue.models import Job, JobState
 
@@ -179,7 +181,29 @@ class Worker:
         self.stopping = True
         self.wake.set()
 
+    def _configure_connection(self, sender, connection, **kwargs):
+        """Name the queue connection and bound its lock waits (PostgreSQL).
+
+        A claim stuck behind a table lock then fails fast and is retried with backoff instead
+        of hanging the worker; operators can find (or terminate) it by application_name.
+        """
+        if connection.vendor != "postgresql" or threading.get_ident() != self._main_thread:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, false), "
+                "set_config('application_name', %s, false)",
+                [
+                    f"{int(policy('LOCK_TIMEOUT') * 1000)}ms",
+                    f"redrive-worker {self.worker_id}"[:63],
+                ],
+            )
+
     def run(self) -> int:
+        self._main_thread = threading.get_ident()
+        connection_created.connect(self._configure_connection)
+        if connections[self.using].connection is not None:  # already open: configure it now
+            self._configure_connection(None, connections[self.using])
         logger.info(
             "event=worker_started worker=%s queues=%s concurrency=%d lease=%.1fs burst=%s",
             self.worker_id,
@@ -204,6 +228,7 @@ class Worker:
             if listener:
                 listener.stop()
                 listener.join(timeout=2.0)
+        connection_created.disconnect(self._configure_connection)
         logger.info(
             "event=worker_stopped worker=%s claimed=%d succeeded=%d retried=%d dead=%d "
             "leases_lost=%d",
@@ -257,6 +282,8 @@ class Worker:
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
+                logger.info("event=claim_batch worker=%s n=%d limit=%d", self.worker_id,
+                            len(jobs), limit)
             for job in jobs:
                 self.stats.claimed += 1
                 self.held[job.pk] = Held(job)
@@ -369,9 +396,10 @@ class Worker:
                 raise UnknownTask(f"cannot load task {job.task_path!r}: {exc}") from exc
             args = ([None] if task.takes_context else []) + list(job.args)
             try:
+                store.check_payload(job.args, job.kwargs)
                 inspect.signature(task.func).bind(*args, **job.kwargs)
-            except TypeError as exc:
-                raise InvalidPayload(f"arguments do not fit {job.task_path}: {exc}") from exc
+            except (TypeError, ValueError) as exc:
+                raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc
             result = None
             if task.takes_context or task_started.has_listeners():
                 result = self._backend().result_for(job, task)

@@ -81,3 +81,23 @@ def with_context(context, x):
 
 def not_a_task():
     return None
+
+
+@task(max_attempts=25)
+def fault_effect(key: str, work_ms: float = 5.0):
+    """A job for the fault suite: real work time so kills land mid-job, one effect per key."""
+    _sink(key)
+    time.sleep(work_ms / 1000)
+    with jobqueue.once(f"effect:{key}", job_type="tests.fault_effect") as first:
+        pass
+    return first
+
+
+@task(max_attempts=3)
+def kills_its_worker():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(max_attempts=1)
+def undecodable_error():
+    raise ValueError("bytes from a device: " + b"\xff\xfe\x00".decode("utf-8", "surrogateescape"))

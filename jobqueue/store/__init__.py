@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from django.db import connections, transaction
 from django.utils import timezone
 
+from jobqueue.conf import policy
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
 
 from . import postgresql, sqlite
@@ -101,9 +102,20 @@ def enqueue_many(
     return results
 
 
+def payload_size(args, kwargs) -> int:
+    return len(dumps([args, kwargs]).encode())
+
+
+def check_payload(args, kwargs) -> None:
+    """JSON only, and small: pass ids, not documents (checklist: small payloads, fresh state)."""
+    size = payload_size(args, kwargs)
+    limit = policy("MAX_PAYLOAD_BYTES")
+    if size > limit:
+        raise ValueError(f"payload is {size} bytes, over the {limit}-byte limit")
+
+
 def _job_from(n: NewJob, now: datetime) -> Job:
-    dumps(list(n.args))
-    dumps(n.kwargs)
+    check_payload(list(n.args), n.kwargs)
     return Job(
         task_path=n.task_path,
         args=list(n.args),
@@ -179,14 +191,27 @@ def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int
     return len(expired)
 
 
+MAX_MESSAGE_CHARS = 4_000
+MAX_TRACEBACK_CHARS = 64_000
+
+
+def storable_text(text: str, limit: int) -> str:
+    """Text any database column takes: no NUL (PostgreSQL refuses it), no lone surrogates
+    (undecodable bytes in an exception message), and bounded, keeping the end of a traceback."""
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        text = f"[{len(text) - limit} characters cut]\n" + text[-limit:]
+    return text
+
+
 def error_entry(job: Job, *, class_path: str, message: str, traceback: str, now: datetime) -> dict:
     return {
         "attempt": job.attempts,
         "at": now.isoformat(),
         "worker_id": job.locked_by,
         "exception_class_path": class_path,
-        "message": message,
-        "traceback": traceback,
+        "message": storable_text(message, MAX_MESSAGE_CHARS),
+        "traceback": storable_text(traceback, MAX_TRACEBACK_CHARS),
     }
 
 

@@ -1,0 +1,59 @@
+"""The fault suite's ledger and invariants.
+
+The ledger is the set of job ids a scenario enqueued. Effects are `Execution` rows written in the
+same transaction as the work (unique key); the sink file outside the database shows every attempt
+that reached the effect; worker logs carry one line per claim.
+"""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from django.tasks import task_backends
+
+from jobqueue.models import DeadLetter, Execution, Job, JobState
+from tests import tasks
+
+CLAIMED = re.compile(r"event=claimed job_id=(\d+)")
+
+
+def enqueue_ledger(n: int, prefix: str, work_ms: float = 5.0) -> list[int]:
+    results = task_backends["default"].enqueue_many(
+        tasks.fault_effect, [((f"{prefix}-{i}",), {"work_ms": work_ms}) for i in range(n)]
+    )
+    return [int(r.id) for r in results]
+
+
+def unfinished(ids) -> int:
+    return Job.objects.filter(pk__in=ids).exclude(state__in=[JobState.DONE, JobState.DEAD]).count()
+
+
+def claimed_lines(log_paths) -> Counter:
+    counts = Counter()
+    for path in log_paths:
+        counts.update(int(m) for m in CLAIMED.findall(Path(path).read_text()))
+    return counts
+
+
+def check_invariants(ids, *, log_paths=()):
+    jobs = list(Job.objects.filter(pk__in=ids))
+    assert len(jobs) == len(ids), "a ledger job is missing"
+    states = Counter(job.state for job in jobs)
+    assert set(states) <= {JobState.DONE, JobState.DEAD}, f"unfinished jobs: {states}"
+    effects = set(Execution.objects.values_list("idempotency_key", flat=True))
+    for job in jobs:
+        assert job.attempts <= job.max_attempts, f"job {job.pk} ran {job.attempts} times"
+        if job.state == JobState.DONE:
+            assert f"effect:{job.args[0]}" in effects, f"done job {job.pk} has no effect"
+    dead = [job.pk for job in jobs if job.state == JobState.DEAD]
+    letters = DeadLetter.objects.filter(job_id__in=dead)
+    assert letters.count() == len(dead), "a dead job has no dead letter"
+    assert all(letter.last_error and letter.error_class for letter in letters)
+    if log_paths:
+        lines = claimed_lines(log_paths)
+        for job in jobs:
+            # A worker killed between its claim commit and the log line leaves no line, but the
+            # sweep records that attempt as LeaseExpired: together they account for every one.
+            expired = sum(e["exception_class_path"].endswith("LeaseExpired") for e in job.errors)
+            assert lines[job.pk] + expired >= job.attempts, f"attempts of job {job.pk} unlogged"
+    return states
