@@ -132,9 +132,16 @@ class DatabaseBackend(BaseTaskBackend):
     def result_for(self, job: Job, task: DjangoTask | None = None) -> TaskResult:
         if task is None:
             task = load_task(job.task_path)
-        task = replace(
-            task, queue_name=job.queue_name, priority=job.priority, run_after=job.run_after
-        )
+        deferred = job.run_after if job.run_after > job.enqueued_at else None
+        if (task.queue_name, task.priority, task.run_after) != (
+            job.queue_name,
+            job.priority,
+            deferred,
+        ):
+            # replace() re-validates the task (signature inspection): only when it differs.
+            task = replace(
+                task, queue_name=job.queue_name, priority=job.priority, run_after=deferred
+            )
         result = TaskResult(
             task=task,
             id=str(job.pk),

@@ -142,6 +142,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
         self.held: dict[int, Held] = {}
+        self.tasks = TaskCache()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
         self.returned: queue.SimpleQueue = queue.SimpleQueue()
@@ -282,8 +283,9 @@ class Worker:
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
-                logger.info("event=claim_batch worker=%s n=%d limit=%d", self.worker_id,
-                            len(jobs), limit)
+                logger.info(
+                    "event=claim_batch worker=%s n=%d limit=%d", self.worker_id, len(jobs), limit
+                )
             for job in jobs:
                 self.stats.claimed += 1
                 self.held[job.pk] = Held(job)
@@ -390,14 +392,11 @@ class Worker:
     def _execute(self, job: Job) -> Finished:
         started = time.monotonic()
         try:
-            try:
-                task = load_task(job.task_path)
-            except (ImportError, AttributeError, TypeError, ValueError) as exc:
-                raise UnknownTask(f"cannot load task {job.task_path!r}: {exc}") from exc
+            task, signature = self.tasks.resolve(job.task_path)
             args = ([None] if task.takes_context else []) + list(job.args)
             try:
                 store.check_payload(job.args, job.kwargs)
-                inspect.signature(task.func).bind(*args, **job.kwargs)
+                signature.bind(*args, **job.kwargs)
             except (TypeError, ValueError) as exc:
                 raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc
             result = None
@@ -520,10 +519,7 @@ class Worker:
             self._send_finished(job)
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
-        try:
-            task = load_task(job.task_path)
-        except Exception:  # noqa: BLE001 - an unloadable task falls back to the default policy
-            task = None
+        task = self.tasks.get(job.task_path)
         base = getattr(task, "backoff_base", None) or policy("BACKOFF_BASE")
         cap = getattr(task, "backoff_cap", None) or policy("BACKOFF_CAP")
         return base, cap
@@ -561,7 +557,7 @@ class Worker:
         for held in list(self.held.values()):
             if held.started is None or held.lost:
                 continue
-            timeout = getattr(_task_or_none(held.job.task_path), "timeout", None)
+            timeout = getattr(self.tasks.get(held.job.task_path), "timeout", None)
             if timeout and now_mono - held.started > timeout:
                 # Python cannot interrupt the thread; we stop vouching for the job instead.
                 self.stats.timeouts += 1
@@ -581,11 +577,30 @@ class Worker:
         return listener
 
 
-def _task_or_none(path):
-    try:
-        return load_task(path)
-    except Exception:  # noqa: BLE001
-        return None
+class TaskCache:
+    """Task objects and signatures by path: imported and inspected once per worker, not per job."""
+
+    def __init__(self):
+        self._resolved: dict[str, tuple] = {}
+
+    def resolve(self, path: str):
+        try:
+            return self._resolved[path]
+        except KeyError:
+            pass
+        try:
+            task = load_task(path)
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise UnknownTask(f"cannot load task {path!r}: {exc}") from exc
+        self._resolved[path] = (task, inspect.signature(task.func))
+        return self._resolved[path]
+
+    def get(self, path: str):
+        """The task, or None if it cannot be loaded (callers fall back to default policy)."""
+        try:
+            return self.resolve(path)[0]
+        except UnknownTask:
+            return None
 
 
 class Listener(threading.Thread):
