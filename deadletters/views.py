@@ -67,9 +67,12 @@ def letter_list(request):
         "page": result,
         "filter_query": _filter_query(request),
         "choices": selectors.filter_choices(),
-        "states": dict(DeadLetter._meta.get_field("state").choices),
+        "now": timezone.now(),
+        # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
+        "detail_prefix": reverse("deadletters:overview"),
         **_permissions(request.user),
     }
+    context["can_select"] = context["can_replay"] or context["can_discard"]
     return render(request, _partial(request, "deadletters/list.html", "results"), context)
 
 
@@ -194,6 +197,7 @@ def run_detail(request, pk):
         "items": items,
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
+        "queue": conf.get("QUEUE"),
     }
     return render(request, _partial(request, "deadletters/run.html", "progress"), context)
 
@@ -213,7 +217,7 @@ def run_control(request, pk, command):
         return render(
             request,
             "deadletters/run.html#progress",
-            {"run": run, "can_control": True},
+            {"run": run, "can_control": True, "queue": conf.get("QUEUE")},
         )
     return redirect("deadletters:run", pk=run.pk)
 
