@@ -130,11 +130,12 @@ def preview(request):
     f = FilterForm(request.POST).to_filter()
     try:
         if request.POST.get("select_all") == "1":
-            ids = selectors.matching_ids(f)
+            ids, recorded_filter = selectors.matching_ids(f), f.as_json()
         else:
             ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+            recorded_filter = {}  # hand-picked
         selection = services.freeze_selection(
-            operator=request.user, action=action, ids=ids, filter=f.as_json()
+            operator=request.user, action=action, ids=ids, filter=recorded_filter
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))

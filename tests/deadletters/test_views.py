@@ -335,3 +335,19 @@ def test_a_stalled_run_offers_a_runner_restart(operator_client, settings):
     assert run.generation == 1
     runners = Job.objects.filter(task_path="deadletters.tasks.carry_out_run")
     assert sorted(runners.values_list("args", flat=True)) == [[run.pk, 0], [run.pk, 1]]
+
+
+def test_an_invalid_filter_field_is_named_and_the_valid_ones_still_apply(viewer_client):
+    wanted = DeadLetterFactory(task_path="t")
+    DeadLetterFactory(task_path="other")
+    response = viewer_client.get(LIST, {"job_type": "t", "since": "not-a-date"})
+    content = response.content.decode()
+    assert "Ignored invalid filter" in content and "<code>since</code>" in content
+    rows = re.findall(r'href="/deadletters/(\d+)/"', content)
+    assert rows == [str(wanted.pk)]
+
+
+def test_hand_picked_selection_records_no_filter(operator_client):
+    letter = DeadLetterFactory()
+    operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk], "job_type": "x"})
+    assert Selection.objects.get().filter == {}
