@@ -7,7 +7,8 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms import DateField
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -252,10 +253,9 @@ def _int(text):
 
 
 def _date(text, plus_days=0):
-    from django import forms
-
+    """Start of the given day (or the day after), None if the text is not a date."""
     try:
-        day = forms.DateField().clean(text) if text else None
-    except forms.ValidationError:
+        day = DateField(required=False).clean(text)
+    except ValidationError:
         return None
     return _day_start(day, plus_days=plus_days)

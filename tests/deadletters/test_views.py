@@ -351,3 +351,21 @@ def test_hand_picked_selection_records_no_filter(operator_client):
     letter = DeadLetterFactory()
     operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk], "job_type": "x"})
     assert Selection.objects.get().filter == {}
+
+
+def test_audit_date_filter(viewer_client, operator_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    letter = DeadLetterFactory()
+    confirm_url = operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk]})[
+        "Location"
+    ]
+    operator_client.post(confirm_url, {"reason": "dated"})
+    audit = reverse("deadletters:audit")
+    today = timezone.now().date()
+    assert "dated" in viewer_client.get(audit, {"since": today, "until": today}).content.decode()
+    tomorrow = today + timedelta(days=1)
+    assert "dated" not in viewer_client.get(audit, {"since": tomorrow}).content.decode()
+    assert "dated" in viewer_client.get(audit, {"since": "garbage"}).content.decode()
