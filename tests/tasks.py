@@ -101,3 +101,8 @@ def kills_its_worker():
 @task(max_attempts=1)
 def undecodable_error():
     raise ValueError("bytes from a device: " + b"\xff\xfe\x00".decode("utf-8", "surrogateescape"))
+
+
+@task(max_attempts=5, backoff_base=10.0, backoff_cap=600.0)
+def storm(n: int):
+    raise ConnectionError(f"dependency down ({n})")
