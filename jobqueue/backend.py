@@ -86,7 +86,7 @@ class DatabaseBackend(BaseTaskBackend):
         self.validate_task(task)
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-            store.check_payload(args, kwargs)
+            store.check_payload(args, kwargs)  # fail here, as InvalidTask, not mid-insert
         except (TypeError, ValueError) as exc:
             raise InvalidTask(f"Task arguments must be JSON-serialisable and small: {exc}") from exc
         return store.NewJob(

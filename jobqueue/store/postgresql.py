@@ -87,8 +87,6 @@ SELECT id, (SELECT n FROM woken) FROM ins
 
 
 def insert_many(connection, jobs, *, now):
-    from jobqueue.store import dumps
-
     with connection.cursor() as cursor:
         for start in range(0, len(jobs), INSERT_CHUNK):
             chunk = jobs[start : start + INSERT_CHUNK]
@@ -101,8 +99,8 @@ def insert_many(connection, jobs, *, now):
                     "queues": [j.queue_name for j in chunk],
                     "priorities": [j.priority for j in chunk],
                     "backends": [j.backend for j in chunk],
-                    "args": [dumps(j.args) for j in chunk],
-                    "kwargs": [dumps(j.kwargs) for j in chunk],
+                    "args": [j.encoded_payload[0] for j in chunk],
+                    "kwargs": [j.encoded_payload[1] for j in chunk],
                     "run_afters": [j.run_after for j in chunk],
                     "max_attempts": [j.max_attempts for j in chunk],
                 },
