@@ -54,6 +54,7 @@ class NewJob:
     idempotency_key: str | None = None
     max_attempts: int = 5
     backend: str = "default"
+    encoded: tuple[str, str] | None = None  # (args, kwargs) as JSON, if already checked
 
 
 def enqueue(
@@ -117,7 +118,7 @@ def check_payload(args, kwargs) -> tuple[str, str]:
 
 
 def _job_from(n: NewJob, now: datetime) -> Job:
-    encoded = check_payload(list(n.args), n.kwargs)
+    encoded = n.encoded or check_payload(list(n.args), n.kwargs)
     job = Job(
         task_path=n.task_path,
         args=list(n.args),

@@ -86,7 +86,40 @@ SELECT id, (SELECT n FROM woken) FROM ins
 """
 
 
+# The common case, one job: plain parameters (array parameters cost more to quote).
+INSERT_ONE = """
+WITH ins AS (
+    INSERT INTO jobqueue_job (
+        task_path, queue_name, priority, backend, args, kwargs, state, run_after,
+        attempts, max_attempts, worker_ids, enqueued_at, errors
+    ) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, 'ready', %s, 0, %s, '[]', %s, '[]')
+    RETURNING id, queue_name, run_after
+)
+SELECT id, CASE WHEN run_after <= %s THEN pg_notify(%s, queue_name) END FROM ins
+"""
+
+
 def insert_many(connection, jobs, *, now):
+    if len(jobs) == 1:
+        [job] = jobs
+        with connection.cursor() as cursor:
+            cursor.execute(
+                INSERT_ONE,
+                [
+                    job.task_path,
+                    job.queue_name,
+                    job.priority,
+                    job.backend,
+                    *job.encoded_payload,
+                    job.run_after,
+                    job.max_attempts,
+                    now,
+                    now,
+                    NOTIFY_CHANNEL,
+                ],
+            )
+            job.pk = cursor.fetchone()[0]
+        return
     with connection.cursor() as cursor:
         for start in range(0, len(jobs), INSERT_CHUNK):
             chunk = jobs[start : start + INSERT_CHUNK]
