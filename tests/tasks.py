@@ -40,7 +40,8 @@ def effect(key: str):
     return first
 
 
-@task(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+# A long backoff: a retry is never due within the same burst run unless a clock says so.
+@task(max_attempts=3, backoff_base=30.0, backoff_cap=60.0)
 def always_fails(message="dependency unavailable"):
     raise ConnectionError(message)
 
@@ -101,3 +102,8 @@ def kills_its_worker():
 @task(max_attempts=1)
 def undecodable_error():
     raise ValueError("bytes from a device: " + b"\xff\xfe\x00".decode("utf-8", "surrogateescape"))
+
+
+@task(max_attempts=5, backoff_base=10.0, backoff_cap=600.0)
+def storm(n: int):
+    raise ConnectionError(f"dependency down ({n})")

@@ -7,6 +7,9 @@ and the subquery cannot see a concurrent claim's rows half-updated.
 
 from jobqueue.models import Job
 
+LOOPS = True  # batches are one statement per row: run them under one write lock
+INSERT_CHUNK = 500
+
 CLAIM = """
 UPDATE jobqueue_job SET
     state = 'running',
@@ -96,6 +99,10 @@ def extend(connection, leases, *, now, until):
     return _each(
         connection, EXTEND, ((job_id, [until, job_id, token, now]) for job_id, token in leases)
     )
+
+
+def insert_many(connection, jobs, *, now):
+    Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
 
 
 def insert_keyed(connection, job):

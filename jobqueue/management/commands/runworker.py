@@ -80,6 +80,12 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="Polling interval when idle (default settings.JOBQUEUE).",
         )
+        parser.add_argument(
+            "--id",
+            dest="worker_id",
+            default=None,
+            help="Worker identity in leases and logs (default host:pid:random).",
+        )
 
     def handle(self, *args, **opts):
         if opts["prefetch"] is not None and opts["prefetch"] < 0:
@@ -94,6 +100,7 @@ class Command(BaseCommand):
             lease_seconds=opts["lease"],
             poll_interval=opts["poll"],
             grace=opts["grace"],
+            worker_id=opts["worker_id"],
         )
         worker.install_signal_handlers()
         worker.run()

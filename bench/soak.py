@@ -1,0 +1,216 @@
+"""Soak: jobs through several worker processes for minutes, with faults on a schedule.
+
+    uv run python bench/soak.py [--jobs 50000] [--minutes 10] [--workers 4] [--restart-postgres]
+
+Runs against its own PostgreSQL database (redrive_soak, dropped and re-created). Every few
+seconds one fault: SIGKILL a worker (a replacement starts), SIGSTOP one past its lease and
+SIGCONT it, terminate every worker connection, hold an ACCESS EXCLUSIVE lock on the job table,
+and (with --restart-postgres) restart the cluster. Prints what ran and what the invariants say:
+missing and duplicate effects must both be 0. Not a test: figures, not assertions.
+"""
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+URL = "postgres://postgres@127.0.0.1:5432/redrive_soak"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--fault-every", type=float, default=3.0, metavar="SECONDS")
+    parser.add_argument("--restart-postgres", action="store_true")
+    parser.add_argument("--seed", type=int, default=1)
+    opts = parser.parse_args()
+
+    with psycopg.connect(ADMIN, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS redrive_soak WITH (FORCE)")
+        admin.execute("CREATE DATABASE redrive_soak")
+    env = {**os.environ, "DATABASE_URL": URL, "JOBQUEUE_LOCK_TIMEOUT": "1"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    os.environ.update(DATABASE_URL=URL, DJANGO_SETTINGS_MODULE="config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.db import connections
+    from django.tasks import task_backends
+
+    from jobqueue.models import DeadLetter, Execution, Job
+    from tests import tasks
+
+    workdir = Path(tempfile.mkdtemp(prefix="redrive-soak-"))
+    env["REDRIVE_TEST_SINK"] = str(workdir / "sink.log")
+    rng = random.Random(opts.seed)
+    procs: list[subprocess.Popen] = []
+    faults = Counter()
+
+    def start_worker():
+        log = open(workdir / f"worker-{len(procs)}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "manage.py",
+                "runworker",
+                "--concurrency",
+                "2",
+                "--lease",
+                "2",
+                "--poll",
+                "0.1",
+                "--grace",
+                "5",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        return proc
+
+    live = [start_worker() for _ in range(opts.workers)]
+    ids: list[int] = []
+    deadline = time.monotonic() + opts.minutes * 60
+    per_round = max(1, opts.jobs // max(1, int(opts.minutes * 60 / 0.5)))
+    stop_producing = threading.Event()
+
+    def produce():
+        from django.db import OperationalError
+
+        n = 0
+        while n < opts.jobs and not stop_producing.is_set():
+            batch = [
+                ((f"soak-{n + i}",), {"work_ms": rng.uniform(0, 4)})
+                for i in range(min(per_round, opts.jobs - n))
+            ]
+            try:
+                results = task_backends["default"].enqueue_many(tasks.fault_effect, batch)
+            except OperationalError:
+                connections.close_all()
+                faults["enqueue_retries"] += 1
+                time.sleep(0.2)
+                continue
+            ids.extend(int(r.id) for r in results)  # only enqueues that returned count
+            n += len(batch)
+            time.sleep(0.5)
+        connections.close_all()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+
+    kinds = ["kill", "stop", "terminate", "lock"] + (["restart"] if opts.restart_postgres else [])
+    while time.monotonic() < deadline:
+        time.sleep(opts.fault_every)
+        kind = rng.choice(kinds)
+        try:
+            if kind == "kill":
+                victim = live.pop(rng.randrange(len(live)))
+                victim.kill()
+                victim.wait()
+                live.append(start_worker())
+            elif kind == "stop":
+                victim = rng.choice(live)
+                victim.send_signal(signal.SIGSTOP)
+                time.sleep(2.5)  # past its 2 s lease
+                victim.send_signal(signal.SIGCONT)
+            elif kind == "terminate":
+                with psycopg.connect(URL, autocommit=True) as conn:
+                    conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                        "datname = 'redrive_soak' AND pid <> pg_backend_pid()"
+                    )
+            elif kind == "lock":
+                with psycopg.connect(URL) as conn, conn.transaction():
+                    conn.execute("LOCK TABLE jobqueue_job IN ACCESS EXCLUSIVE MODE")
+                    time.sleep(2)
+            elif kind == "restart":
+                version = sorted(os.listdir("/etc/postgresql"))[-1]
+                subprocess.run(
+                    ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+                    check=True,
+                    timeout=120,
+                )
+            faults[kind] += 1
+        except Exception as exc:  # noqa: BLE001 - a fault that failed to fire is reported
+            faults[f"{kind}_failed"] += 1
+            print(f"fault {kind} failed: {exc}", file=sys.stderr)
+    stop_producing.set()
+    producer.join()
+
+    connections.close_all()
+    drain_until = time.monotonic() + 300
+    while time.monotonic() < drain_until:
+        try:
+            left = Job.objects.filter(pk__in=ids).exclude(state__in=["done", "dead"]).count()
+        except Exception:  # noqa: BLE001 - the database may still be coming back
+            connections.close_all()
+            left = -1
+        if left == 0:
+            break
+        time.sleep(1)
+    alive = [p for p in live if p.poll() is None]
+    for proc in alive:
+        proc.send_signal(signal.SIGTERM)
+    exits = [proc.wait(timeout=60) for proc in alive]
+
+    states = Counter(Job.objects.filter(pk__in=ids).values_list("state", flat=True))
+    effects = set(Execution.objects.values_list("idempotency_key", flat=True))
+    done_keys = [
+        a[0] for a in Job.objects.filter(pk__in=ids, state="done").values_list("args", flat=True)
+    ]
+    done_without_effect = sum(f"effect:{k}" not in effects for k in done_keys)
+    sink = Counter(Path(env["REDRIVE_TEST_SINK"]).read_text().splitlines())
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM "
+            "started_at - run_after)) FROM jobqueue_job WHERE id = ANY(%s) AND attempts = 1",
+            [ids],
+        )
+        p99 = cursor.fetchone()[0]
+    db_errors = sum(
+        (workdir / f"worker-{i}.log").read_text().count("event=database_error")
+        for i in range(len(procs))
+    )
+    print(f"soak: {opts.minutes:g} min, {opts.workers} workers, {len(ids)} jobs enqueued")
+    print(
+        f"  done {states.get('done', 0)}, dead {states.get('dead', 0)}, "
+        f"dead letters {DeadLetter.objects.filter(job_id__in=ids).count()}"
+    )
+    print(
+        f"  faults: {dict(faults)}; worker processes started {len(procs)}; "
+        f"database errors logged {db_errors}; clean exits {exits.count(0)}/{len(exits)}"
+    )
+    print(
+        f"  attempts > 1: {Job.objects.filter(pk__in=ids, attempts__gt=1).count()}; "
+        f"effect attempts repeated at the sink: {sum(1 for n in sink.values() if n > 1)}"
+    )
+    print(
+        f"  missing (not done/dead): {len(ids) - states.get('done', 0) - states.get('dead', 0)}"
+        f"  (must be 0)"
+    )
+    print(
+        f"  duplicate effects: {len(done_keys) - len(set(done_keys))}, done without effect: "
+        f"{done_without_effect}  (must be 0)"
+    )
+    print(f"  p99 claim latency (first attempts, run_after -> started): {p99 * 1000:.0f} ms")
+    print(f"  logs: {workdir}")
+
+
+if __name__ == "__main__":
+    main()
