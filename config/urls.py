@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from deadletters.dashboard import dashboard
 from jobqueue.metrics import metrics
 
 urlpatterns = [
@@ -11,5 +12,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("deadletters/", include("deadletters.urls")),
     path("metrics", metrics, name="metrics"),
+    path("health/", dashboard, name="dashboard"),
     path("", RedirectView.as_view(url="/deadletters/", permanent=False)),
 ]
