@@ -1,7 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from deadletters.dashboard import dashboard
 from jobqueue.metrics import metrics
@@ -12,6 +11,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("deadletters/", include("deadletters.urls")),
     path("metrics", metrics, name="metrics"),
-    path("health/", dashboard, name="dashboard"),
-    path("", RedirectView.as_view(url="/deadletters/", permanent=False)),
+    path("", dashboard, name="dashboard"),
 ]

@@ -32,8 +32,8 @@ def test_anonymous_is_redirected_to_login():
     assert not Selection.objects.exists()
 
 
-def test_root_redirects_to_the_console():
-    assert Client().get("/")["Location"] == "/deadletters/"
+def test_root_is_the_health_dashboard_behind_login():
+    assert Client().get("/")["Location"].startswith(reverse("login") + "?next=/")
 
 
 def test_login_page_logs_in(viewer):

@@ -139,16 +139,16 @@ def test_queuehealth_fails_only_when_a_threshold_is_crossed(fixture_data, capsys
 def test_dashboard_shows_the_figures_to_viewers_only(client, fixture_data, django_user_model):
     from deadletters.roles import assign
 
-    assert client.get("/health/").status_code == 302  # to the login page
+    assert client.get("/").status_code == 302  # to the login page
     viewer = django_user_model.objects.create_user("viewer", password="pw")
     assign(viewer, "viewer")
     client.force_login(viewer)
-    page = client.get("/health/").content.decode()
+    page = client.get("/").content.decode()
     assert 'data-figure="ready">4<' in page
     assert "gone" in page and "lost" in page  # the silent worker is flagged
     assert "Completed per minute" in page and "<svg" in page
-    partial = client.get("/health/", headers={"HX-Request": "true"}).content.decode()
+    partial = client.get("/", headers={"HX-Request": "true"}).content.decode()
     assert partial.lstrip().startswith('<div id="health"') and "<html" not in partial
     nobody = django_user_model.objects.create_user("nobody", password="pw")
     client.force_login(nobody)
-    assert client.get("/health/").status_code == 403
+    assert client.get("/").status_code == 403
