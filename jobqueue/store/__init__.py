@@ -452,8 +452,8 @@ def replay(
             letter.last_replayed_at = now
             letter.replay_job = job
             outcome.done[letter.pk] = job
-        DeadLetter.objects.using(using).bulk_update(
-            todo, ["state", "replays", "last_replayed_at", "replay_job"]
+        _dialect(using).mark_replaying(
+            connections[using], [(letter.pk, letter.replay_job.pk) for letter in todo], now=now
         )
         _dialect(using).notify(connections[using], {job.queue_name for job in jobs})
     return outcome

@@ -204,3 +204,22 @@ def notify(connection, queues):
         cursor.execute(
             "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [NOTIFY_CHANNEL, sorted(queues)]
         )
+
+
+MARK_REPLAYING = """
+UPDATE jobqueue_deadletter AS d SET
+    state = 'replaying', replays = d.replays + 1, last_replayed_at = %(now)s,
+    replay_job_id = v.job_id
+FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS v(id, job_id)
+WHERE d.id = v.id
+"""
+
+
+def mark_replaying(connection, pairs, *, now):
+    """Point each dead letter at its replay job in one statement (bulk_update's CASE per row
+    and field was most of a replay batch's time)."""
+    if not pairs:
+        return
+    ids, jobs = zip(*pairs, strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "now": now})

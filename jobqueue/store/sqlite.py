@@ -130,3 +130,16 @@ def insert_keyed(connection, job):
 
 def notify(connection, queues):
     """SQLite has no notifications: workers poll."""
+
+
+MARK_REPLAYING = """
+UPDATE jobqueue_deadletter SET
+    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s
+WHERE id = %s
+"""
+
+
+def mark_replaying(connection, pairs, *, now):
+    now = _ts(connection, now)
+    with connection.cursor() as cursor:
+        cursor.executemany(MARK_REPLAYING, [(now, job_id, pk) for pk, job_id in pairs])
