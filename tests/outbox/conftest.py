@@ -126,7 +126,9 @@ def outbox_config(hook_url=None, **extra):
                 "read_timeout": 5.0,
             },
         },
-        "SUBSCRIBERS": {"order.created": ["tests.tasks.effect", "tests.tasks.noop"]},
+        "SUBSCRIBERS": {
+            "order.created": ["tests.tasks.effect", "tests.outbox.tasks.on_order_created"]
+        },
         "MAX_ATTEMPTS": 3,
         "BACKOFF_BASE": 1.0,
         "BACKOFF_CAP": 60.0,
