@@ -128,7 +128,9 @@ class JobsPublisher(Publisher):
         return jobs, failed
 
     def write(self, jobs: Sequence[store.NewJob]):
-        store.enqueue_many(jobs, using=self.using)
+        from jobqueue.store import outbox as outbox_store
+
+        outbox_store.enqueue_jobs(jobs, using=self.using)
 
     def publish(self, messages):
         jobs, failed = self.plan(messages)

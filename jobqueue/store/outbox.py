@@ -82,6 +82,60 @@ class PostgreSQL:
     RETURNING m.*
     """
 
+    # The `jobs` destination's fan-out: every job of a batch in one statement (a keyed insert
+    # per job was 80% of the relay's time). Same conflict target as store.enqueue's keyed insert,
+    # so a job that already holds the key (a republish) makes the row a no-op.
+    INSERT_JOBS = """
+    INSERT INTO jobqueue_job (
+        task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state,
+        run_after, attempts, max_attempts, worker_ids, enqueued_at, errors
+    )
+    SELECT v.task_path, v.queue_name, v.priority, v.backend, v.args::jsonb, v.kwargs::jsonb,
+           v.idempotency_key, 'ready', %(now)s, 0, v.max_attempts, '[]', %(now)s, '[]'
+    FROM unnest(
+        %(task_paths)s::text[], %(queue_names)s::text[], %(priorities)s::smallint[],
+        %(backends)s::text[], %(args)s::text[], %(kwargs)s::text[], %(keys)s::text[],
+        %(max_attempts)s::integer[]
+    ) AS v(task_path, queue_name, priority, backend, args, kwargs, idempotency_key, max_attempts)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
+    DO NOTHING
+    """
+
+    @classmethod
+    def insert_jobs(cls, connection, news, now) -> None:
+        from jobqueue import store
+        from jobqueue.store import postgresql
+
+        # No check_payload here: the payload passed publish()'s size check, and each message's
+        # jobs share one serialisation.
+        rows, dumped = [], {}
+        for n in news:
+            kwargs = dumped.get(id(n.kwargs))
+            if kwargs is None:
+                kwargs = dumped[id(n.kwargs)] = store.dumps(n.kwargs)
+            rows.append(
+                (
+                    n.task_path,
+                    n.queue_name,
+                    n.priority,
+                    n.backend,
+                    store.dumps(list(n.args)) if n.args else "[]",
+                    kwargs,
+                    n.idempotency_key,
+                    n.max_attempts,
+                )
+            )
+        columns = list(zip(*rows, strict=True))
+        names = (
+            "task_paths", "queue_names", "priorities", "backends", "args", "kwargs", "keys",
+            "max_attempts",
+        )  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.execute(
+                cls.INSERT_JOBS, {"now": now, **dict(zip(names, map(list, columns), strict=True))}
+            )
+        postgresql.notify(connection, {n.queue_name for n in news})
+
     @classmethod
     def insert(cls, connection, params) -> int:
         sql = cls.INSERT.format(serialize=cls.SERIALIZE if params["key"] is not None else "")
@@ -136,6 +190,13 @@ class SQLite:
     def claim(cls, connection, params) -> list[OutboxMessage]:
         return list(OutboxMessage.objects.raw(cls.CLAIM, params))
 
+    @classmethod
+    def insert_jobs(cls, connection, news, now) -> None:
+        from jobqueue import store
+
+        # No round trips to save under SQLite's write lock: the store's own enqueue.
+        store.enqueue_many(news, now=now, using=connection.alias)
+
 
 # The guarded batch updates, one text for both databases.
 MARK_PUBLISHED = """
@@ -172,6 +233,15 @@ def insert(
     """One pending row in the caller's transaction (and, on PostgreSQL, a NOTIFY at its commit)."""
     params = {"topic": topic, "key": key, "payload": payload_json, "now": _ts(using, now)}
     return _dialect(using).insert(connections[using], params)
+
+
+def enqueue_jobs(news, *, now: datetime | None = None, using: str = "default") -> None:
+    """Insert the `jobs` destination's fan-out; a job whose key a live job holds is skipped.
+
+    Runs in the caller's transaction (the one that marks the messages published).
+    """
+    if news:
+        _dialect(using).insert_jobs(connections[using], list(news), now or timezone.now())
 
 
 def claim(
