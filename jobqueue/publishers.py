@@ -47,6 +47,9 @@ class Publisher:
     # marks the messages published, so a lost lease or a crash leaves no effect at all.
     transactional = False
     max_attempts: int | None = None
+    # Set when the last failure was the connection itself (refused, timed out, dropped): the
+    # relay then fails the rest of the batch with it instead of waiting on each message.
+    down = False
 
     def publish(self, messages: Sequence[OutboxMessage]) -> dict[int, BaseException | None]:
         raise NotImplementedError
@@ -219,6 +222,7 @@ class WebhookPublisher(Publisher):
         }
         if message.key is not None:
             headers["X-Redrive-Key"] = message.key
+        self.down = False
         for fresh in (False, True):
             reused = self._conn is not None
             try:
@@ -232,9 +236,11 @@ class WebhookPublisher(Publisher):
                 # failed attempt. (A POST may repeat; the Idempotency-Key covers that.)
                 if reused and not fresh:
                     continue
+                self.down = True
                 return Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}")
             except (OSError, http.client.HTTPException) as exc:  # timeouts are OSError
                 self.close()
+                self.down = True
                 return Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}")
             if response.will_close:
                 self.close()
@@ -297,16 +303,14 @@ class RabbitMQPublisher(Publisher):
 
     def publish(self, messages):
         outcomes: dict[int, BaseException | None] = {}
-        broken: BaseException | None = None
+        self.down = False
+        failure: BaseException | None = None
         for message in messages:
-            if broken is not None:
-                # The broker just failed us: the rest of the batch retries later rather than
-                # waiting out a connect timeout each.
-                outcomes[message.pk] = broken
+            if self.down:
+                outcomes[message.pk] = failure
                 continue
-            outcomes[message.pk] = outcome = self._publish_one(message)
-            if outcome is not None and self._channel is None:
-                broken = outcome
+            outcomes[message.pk] = failure = self._publish_one(message)
+            self.down = failure is not None and self._channel is None
         return outcomes
 
     def _publish_one(self, message) -> BaseException | None:

@@ -304,8 +304,14 @@ class Relay:
                 if time.monotonic() - last_mark >= self.mark_interval:
                     self._mark(succeeded, spec)
                     succeeded, last_mark = [], time.monotonic()
-            else:
-                self._settle_failure(message, outcome, "", publisher)
+                continue
+            self._settle_failure(message, outcome, "", publisher)
+            if publisher.down:
+                # The destination itself is unreachable: the rest of the batch fails with the
+                # same error now, rather than each waiting out a connect or read timeout.
+                for rest in pending:
+                    self._settle_failure(rest, outcome, "", publisher)
+                pending = []
         self._mark(succeeded, spec)
 
     def _keep_leases(self, pending: Sequence[OutboxMessage]) -> list[OutboxMessage]:

@@ -1,14 +1,17 @@
 """The relay in-process against real destinations: jobs in this database, a local webhook."""
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
-from django.db import transaction
+from django.core.management import call_command
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobqueue import outbox, store
 from jobqueue.models import DeadLetter, DeadLetterState, Job, OutboxMessage, OutboxState
-from jobqueue.relay import Relay
+from jobqueue.relay import Relay, run_in_thread
+from tests.conftest import wait_until
 from tests.outbox.conftest import outbox_config
 
 pytestmark = pytest.mark.django_db
@@ -174,14 +177,19 @@ def test_read_timeout_and_refused_connection_are_transient(settings, hook_server
     config["ROUTES"]["down.*"] = "webhook:down"
     settings.OUTBOX = config
     relay = Relay(relay_id="test-relay", clock=clock)
-    slow = outbox.publish("hook.slow", {"delay": 1.0})
-    refused = outbox.publish("down.sent", {"n": 1})
+    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(2)]
+    refused = [outbox.publish("down.sent", {"n": n}) for n in range(2)]
     relay.step()
-    for message_id, error in [(slow, "TimeoutError"), (refused, "ConnectionRefusedError")]:
+    for message_id, error in [(slow[0], "TimeoutError"), (refused[0], "ConnectionRefusedError")]:
         row = state(message_id)
         assert row.state == OutboxState.PENDING and row.attempts == 1
         assert row.errors[0]["exception_class_path"] == "jobqueue.publishers.Unavailable"
         assert error in row.errors[0]["message"]
+    # An unreachable destination fails the rest of its batch with the same error at once,
+    # instead of waiting out a timeout per message: the second slow one was never sent.
+    for first, second in (slow, refused):
+        assert state(second).errors[0]["message"] == state(first).errors[0]["message"]
+    assert hook_server.ids() == [slow[0]]
 
 
 def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server):
@@ -199,3 +207,45 @@ def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.REPLAYED
     assert state(message_id).state == OutboxState.PUBLISHED
+
+
+def test_postgres_notify_wakes_an_idle_relay_long_before_its_poll(settings, transactional_db):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite relays poll")
+    settings.OUTBOX = outbox_config()
+    relay = Relay(relay_id="idle-relay", poll_interval=60)
+    thread = run_in_thread(relay)
+    try:
+        wait_until(
+            lambda: relay.listener and relay.listener.listening.is_set(), message="relay listening"
+        )
+        with transaction.atomic():
+            message_id = outbox.publish("order.created", {"key": "woken"})
+        wait_until(
+            lambda: state(message_id).state == OutboxState.PUBLISHED,
+            timeout=10,
+            message="message published without waiting for the 60 s poll",
+        )
+    finally:
+        relay.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_prune_command_deletes_only_published_rows_past_the_retention():
+    old = outbox.publish("order.created", {"key": "old"})
+    recent = outbox.publish("order.created", {"key": "recent"})
+    unpublished = outbox.publish("order.created", {"key": "waiting"})
+    long_ago = timezone.now() - timedelta(days=30)
+    OutboxMessage.objects.filter(pk__in=[old, unpublished]).update(created_at=long_ago)
+    OutboxMessage.objects.filter(pk=old).update(state=OutboxState.PUBLISHED, published_at=long_ago)
+    OutboxMessage.objects.filter(pk=recent).update(
+        state=OutboxState.PUBLISHED, published_at=timezone.now() - timedelta(days=6)
+    )
+    out = StringIO()
+    call_command("prune", "--older-than", "7", stdout=out)
+    assert "pruned 1 published outbox message(s) older than 7 days" in out.getvalue()
+    assert sorted(OutboxMessage.objects.values_list("pk", flat=True)) == [
+        int(recent),
+        int(unpublished),
+    ]
