@@ -298,21 +298,29 @@ class Relay:
             if not pending:
                 break
             message = pending.pop(0)
-            outcome = publisher.publish([message])[message.pk]
+            outcome, formatted = self._attempt(publisher, message)
             if outcome is None:
                 succeeded.append(message)
                 if time.monotonic() - last_mark >= self.mark_interval:
                     self._mark(succeeded, spec)
                     succeeded, last_mark = [], time.monotonic()
                 continue
-            self._settle_failure(message, outcome, "", publisher)
+            self._settle_failure(message, outcome, formatted, publisher)
             if publisher.down:
                 # The destination itself is unreachable: the rest of the batch fails with the
                 # same error now, rather than each waiting out a connect or read timeout.
                 for rest in pending:
-                    self._settle_failure(rest, outcome, "", publisher)
+                    self._settle_failure(rest, outcome, formatted, publisher)
                 pending = []
         self._mark(succeeded, spec)
+
+    def _attempt(self, publisher, message) -> tuple[BaseException | None, str]:
+        """One publish; a publisher's own bug is recorded on the message like any failure."""
+        try:
+            return publisher.publish([message])[message.pk], ""
+        except Exception as exc:  # noqa: BLE001 - recorded and retried, never silent
+            publisher.close()
+            return exc, "".join(tb.format_exception(exc))
 
     def _keep_leases(self, pending: Sequence[OutboxMessage]) -> list[OutboxMessage]:
         """Heartbeat: with under half the lease left, extend the leases of the rest."""

@@ -249,3 +249,15 @@ def test_prune_command_deletes_only_published_rows_past_the_retention():
         int(recent),
         int(unpublished),
     ]
+
+
+def test_a_publisher_bug_is_recorded_on_the_message_and_retried(settings, clock):
+    config = outbox_config()
+    config["DESTINATIONS"]["events"] = {"url": "amqp://127.0.0.1:9/", "routing_key": "{nope}"}
+    settings.OUTBOX = config
+    message_id = outbox.publish("audit.logged", {"n": 1})
+    Relay(relay_id="test-relay", clock=clock).step()
+    row = state(message_id)
+    assert row.state == OutboxState.PENDING and row.attempts == 1
+    assert row.errors[0]["exception_class_path"] == "builtins.KeyError"
+    assert "Traceback" in row.errors[0]["traceback"]
