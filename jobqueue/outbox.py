@@ -45,8 +45,9 @@ Configuration (settings.OUTBOX; config/settings.py reads it as JSON from REDRIVE
         "RELAY_IN_WORKER": False,             # runworker runs a relay thread as with --relay
     }
 
-A destination may override "max_attempts". One topic goes to one destination; `jobs` fans out
-to many tasks. What each destination sends:
+A destination may override "max_attempts". Keep a destination's connect + read timeout under
+half of LEASE_SECONDS: the relay extends its leases between messages, not during one. One topic
+goes to one destination; `jobs` fans out to many tasks. What each destination sends:
 
 - jobs: a job per subscribed task, idempotency key `outbox:<message id>:<task path>`, enqueued
   in the same transaction that marks the message published (so a republish never makes a

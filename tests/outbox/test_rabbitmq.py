@@ -5,14 +5,17 @@ Without a broker these tests skip, saying how to run them; with REDRIVE_REQUIRE_
 """
 
 import os
+import signal
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from jobqueue import outbox
 from jobqueue.models import OutboxMessage, OutboxState
 from jobqueue.relay import Relay
-from tests.outbox.conftest import outbox_config
+from tests.conftest import wait_until
+from tests.outbox.conftest import Relays, log_of, outbox_config
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +91,29 @@ def test_unroutable_message_is_retried_not_silently_dropped(settings, broker):
     row = OutboxMessage.objects.get(pk=message_id)
     assert row.state == OutboxState.PENDING and row.attempts == 1
     assert "no queue bound" in row.errors[0]["message"]
+
+
+def test_sigkill_after_publish_republishes_the_same_message_id_to_the_broker(
+    broker, queue_name, tmp_path, transactional_db
+):
+    config = outbox_config()
+    config["DESTINATIONS"]["events"] = {"url": AMQP_URL, "routing_key": queue_name}
+    relays = Relays(tmp_path, config)
+    try:
+        message_id = outbox.publish("audit.logged", {"n": 1}, key="audit:1")
+        crashed = relays.run(
+            "--burst", "--lease", "1", env={"REDRIVE_RELAY_FAULT": "after_publish"}
+        )
+        assert crashed.returncode == -signal.SIGKILL, log_of(crashed)
+        row = OutboxMessage.objects.get(pk=message_id)
+        assert row.state == OutboxState.LEASED
+        wait_until(lambda: timezone.now() > row.locked_until, message="lease expiry")
+        survivor = relays.run("--burst")
+        assert survivor.returncode == 0, log_of(survivor)
+    finally:
+        relays.stop_all()
+    assert OutboxMessage.objects.get(pk=message_id).state == OutboxState.PUBLISHED
+    ids = []
+    while (got := broker.basic_get(queue_name, auto_ack=True))[0] is not None:
+        ids.append(got[1].message_id)
+    assert ids == [message_id, message_id]  # delivered twice, one id to deduplicate on
