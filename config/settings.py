@@ -114,6 +114,9 @@ JOBQUEUE = {
     "LOCK_TIMEOUT": float(os.environ.get("JOBQUEUE_LOCK_TIMEOUT", 5.0)),
 }
 
+# /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
+REDRIVE_METRICS_TOKEN = os.environ.get("REDRIVE_METRICS_TOKEN", "")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

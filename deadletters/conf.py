@@ -17,6 +17,9 @@ DEFAULTS = {
     # Largest selection one run may freeze ("select all matching" beyond this is refused).
     "MAX_SELECTION": 100_000,
     "OVERVIEW_POLL_SECONDS": 10,
+    # An active run with no batch for this long is offered a "restart runner" button (its
+    # worker died and the queue gave up retrying, or no worker serves the queue).
+    "STALL_SECONDS": 300,
 }
 
 

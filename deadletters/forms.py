@@ -24,7 +24,9 @@ class FilterForm(forms.Form):
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
 
     def to_filter(self) -> ListFilter:
-        data = self.cleaned_data if self.is_valid() else {}
+        """The valid fields as a filter; the template names the invalid ones it ignored."""
+        self.is_valid()
+        data = self.cleaned_data
         return ListFilter(
             job_type=data.get("job_type", ""),
             queue=data.get("queue", ""),

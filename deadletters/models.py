@@ -96,6 +96,17 @@ class ReplayRun(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def stalled(self):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from . import conf
+
+        quiet = timezone.now() - self.updated_at
+        return self.is_active and quiet > timedelta(seconds=conf.get("STALL_SECONDS"))
+
+    @property
     def percent(self):
         return 100 if not self.requested else round(100 * self.processed / self.requested)
 

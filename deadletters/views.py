@@ -7,7 +7,8 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms import DateField
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -67,9 +68,12 @@ def letter_list(request):
         "page": result,
         "filter_query": _filter_query(request),
         "choices": selectors.filter_choices(),
-        "states": dict(DeadLetter._meta.get_field("state").choices),
+        "now": timezone.now(),
+        # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
+        "detail_prefix": reverse("deadletters:overview"),
         **_permissions(request.user),
     }
+    context["can_select"] = context["can_replay"] or context["can_discard"]
     return render(request, _partial(request, "deadletters/list.html", "results"), context)
 
 
@@ -127,11 +131,12 @@ def preview(request):
     f = FilterForm(request.POST).to_filter()
     try:
         if request.POST.get("select_all") == "1":
-            ids = selectors.matching_ids(f)
+            ids, recorded_filter = selectors.matching_ids(f), f.as_json()
         else:
             ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+            recorded_filter = {}  # hand-picked
         selection = services.freeze_selection(
-            operator=request.user, action=action, ids=ids, filter=f.as_json()
+            operator=request.user, action=action, ids=ids, filter=recorded_filter
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
@@ -194,6 +199,7 @@ def run_detail(request, pk):
         "items": items,
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
+        "queue": conf.get("QUEUE"),
     }
     return render(request, _partial(request, "deadletters/run.html", "progress"), context)
 
@@ -213,7 +219,7 @@ def run_control(request, pk, command):
         return render(
             request,
             "deadletters/run.html#progress",
-            {"run": run, "can_control": True},
+            {"run": run, "can_control": True, "queue": conf.get("QUEUE")},
         )
     return redirect("deadletters:run", pk=run.pk)
 
@@ -247,10 +253,9 @@ def _int(text):
 
 
 def _date(text, plus_days=0):
-    from django import forms
-
+    """Start of the given day (or the day after), None if the text is not a date."""
     try:
-        day = forms.DateField().clean(text) if text else None
-    except forms.ValidationError:
+        day = DateField(required=False).clean(text)
+    except ValidationError:
         return None
     return _day_start(day, plus_days=plus_days)

@@ -82,11 +82,12 @@ class DatabaseBackend(BaseTaskBackend):
         if task.timeout is not None and task.timeout <= 0:
             raise InvalidTask("timeout must be positive.")
 
-    def new_job(self, task, args, kwargs) -> store.NewJob:
-        self.validate_task(task)
+    def new_job(self, task, args, kwargs, *, validated=False) -> store.NewJob:
+        if not validated:
+            self.validate_task(task)
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-            store.check_payload(args, kwargs)
+            encoded = store.check_payload(args, kwargs)  # fail here, as InvalidTask
         except (TypeError, ValueError) as exc:
             raise InvalidTask(f"Task arguments must be JSON-serialisable and small: {exc}") from exc
         return store.NewJob(
@@ -99,6 +100,7 @@ class DatabaseBackend(BaseTaskBackend):
             idempotency_key=getattr(task, "idempotency_key", None),
             max_attempts=getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
             backend=self.alias,
+            encoded=encoded,
         )
 
     def enqueue(self, task, args, kwargs):
@@ -113,7 +115,8 @@ class DatabaseBackend(BaseTaskBackend):
 
         backend.enqueue_many(send_receipt, [((1,), {}), ((2,), {})])
         """
-        news = [self.new_job(task, args, kwargs) for args, kwargs in calls]
+        self.validate_task(task)
+        news = [self.new_job(task, args, kwargs, validated=True) for args, kwargs in calls]
         results = []
         for job, created in store.enqueue_many(news, using=self.database):
             result = self.result_for(job, task)

@@ -168,6 +168,51 @@ class DeadLetter(models.Model):
         return {"args": self.args, "kwargs": self.kwargs}
 
 
+class WorkerRecord(models.Model):
+    """A running `runworker` process, refreshed on its heartbeat and removed on a clean exit.
+
+    A record whose heartbeat is older than the health threshold belongs to a lost worker.
+    """
+
+    worker_id = models.CharField(max_length=255, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)  # empty: every queue
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    jobs_succeeded = models.PositiveIntegerField(default=0)
+    jobs_failed = models.PositiveIntegerField(default=0)
+    current_job_ids = models.JSONField(default=list)
+
+    def __str__(self):
+        return self.worker_id
+
+
+class JobCounter(models.Model):
+    """Attempts finished per minute, queue and task: throughput and failure rate without
+    scanning finished jobs. Workers add to these in their heartbeat."""
+
+    minute = models.DateTimeField()
+    queue_name = models.CharField(max_length=100)
+    task_path = models.CharField(max_length=255)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)  # failed attempts, retried or not
+    dead = models.PositiveIntegerField(default=0)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "queue_name", "task_path"], name="jobqueue_counter_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["minute"], name="jobqueue_counter_minute_idx")]
+
+    def __str__(self):
+        return f"{self.minute:%H:%M} {self.task_path}"
+
+
 class Execution(models.Model):
     """An idempotency key recorded in the same transaction as the work it guards (seed 000)."""
 

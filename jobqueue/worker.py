@@ -22,14 +22,21 @@ import threading
 import time
 import traceback as tb
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.db.backends.signals import connection_created
 from django.tasks import TaskContext
-from django.tasks.signals import task_finished, task_started
+from django.tasks.signals import (
+    log_task_finished,
+    log_task_started,
+    task_finished,
+    task_started,
+)
 from django.utils import timezone
 from django.utils.json import normalize_json
 
@@ -41,6 +48,8 @@ from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path,
 from jobqueue.models import Job, JobState
 
 logger = logging.getLogger("jobqueue.worker")
+MAX_PREFETCH = 100
+RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
 
 # Crash drills: JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat makes the worker
 # SIGKILL itself at that point, so tests and operators can rehearse recovery with real processes.
@@ -129,8 +138,11 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
-        # Jobs held beyond the running ones, so a claim round trip serves several handlers.
-        self.prefetch = concurrency * 4 if prefetch is None else prefetch
+        # Jobs held beyond the running ones, so one claim round trip serves many handlers.
+        # None: adapt to job duration (about a quarter second of work per handler thread, so
+        # quick jobs are claimed a hundred at a time and slow ones are not hoarded).
+        self.prefetch = prefetch
+        self._duration_ema = 0.05
         self.burst = burst
         self.max_jobs = max_jobs
         self.lease_seconds = lease_seconds or policy("LEASE_SECONDS")
@@ -157,6 +169,9 @@ class Worker:
         self._last_sweep = 0.0
         self._db_backoff = 0.0
         self.listener: Listener | None = None
+        self.started_at = timezone.now()
+        self._tallies: dict[tuple, store.Tally] = {}
+        self._last_record = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -221,6 +236,7 @@ class Worker:
         try:
             self._loop()
             self._drain()
+            self._forget()
         finally:
             for _ in self._threads:
                 self.inbox.put(None)
@@ -259,11 +275,15 @@ class Worker:
 
     def _step(self) -> bool:
         progressed = self._settle()
+        self._record_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
         if self.stopping:
             return progressed
-        limit = self.concurrency + self.prefetch - len(self.held)
+        window = self.concurrency + self._prefetch_window()
+        held = len(self.held)
+        # Refill at the low-water mark rather than after every job: fewer, fuller claims.
+        limit = window - held if held < self.concurrency or held <= window // 2 else 0
         if self.max_jobs is not None:
             limit = min(limit, self.max_jobs - self.stats.claimed)
         if limit > 0:
@@ -294,6 +314,11 @@ class Worker:
             progressed = progressed or bool(jobs)
         return progressed
 
+    def _prefetch_window(self) -> int:
+        if self.prefetch is not None:
+            return self.prefetch
+        return min(MAX_PREFETCH, int(self.concurrency * 0.25 / max(self._duration_ema, 1e-4)))
+
     def _done(self) -> bool:
         if self.held:
             return False
@@ -322,6 +347,14 @@ class Worker:
                 self.wake.clear()
         if self.held:
             self._release([h.job for h in self.held.values()], reason="grace period over")
+
+    def _forget(self):
+        """A clean exit: flush the last tallies and remove this worker's record."""
+        try:
+            self._record_if_due(force=True)
+            store.forget_worker(self.worker_id, using=self.using)
+        except DatabaseError as exc:
+            logger.warning("event=record_failed worker=%s error=%s", self.worker_id, _logfmt(exc))
 
     def _unstarted(self) -> list[Job]:
         jobs = []
@@ -400,9 +433,9 @@ class Worker:
             except (TypeError, ValueError) as exc:
                 raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc
             result = None
-            if task.takes_context or task_started.has_listeners():
-                result = self._backend().result_for(job, task)
-                task_started.send(type(self._backend()), task_result=result)
+            if task.takes_context or wants(task_started, log_task_started):
+                result = self.backend.result_for(job, task)
+                task_started.send(type(self.backend), task_result=result)
             if task.takes_context:
                 value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
             else:
@@ -423,7 +456,8 @@ class Worker:
                 formatted="".join(tb.format_exception(exc)),
             )
 
-    def _backend(self) -> DatabaseBackend:
+    @cached_property
+    def backend(self) -> DatabaseBackend:
         from django.tasks import task_backends
 
         return task_backends["default"]
@@ -445,6 +479,7 @@ class Worker:
             if held.lost:
                 self.held.pop(fin.job_id)
                 continue
+            self._duration_ema += 0.1 * (fin.duration - self._duration_ema)
             (failed if fin.error else done).append((held, fin))
         if done:
             self._acknowledge(done)
@@ -470,6 +505,9 @@ class Worker:
             job = held.job
             if job.pk in acked:
                 self.stats.succeeded += 1
+                tally = self._tally(job)
+                tally.succeeded += 1
+                tally.last_success_at = self.clock()
                 job.state, job.return_value = JobState.DONE, fin.value
                 job.finished_at = self.clock()
                 log_event("succeeded", job, duration_ms=f"{fin.duration * 1000:.1f}", outcome="ok")
@@ -500,6 +538,10 @@ class Worker:
             self.finished.put(Finished(job.pk, duration, error=exc, formatted=formatted))
             raise
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
+        if ok:
+            tally = self._tally(job)
+            tally.failed += 1
+            tally.dead += retry_at is None
         if not ok:
             self._lease_lost(job, "fail")
         elif retry_at is not None:
@@ -518,6 +560,46 @@ class Worker:
             log_event("dead_lettered", job, logging.ERROR, outcome="dead", **fields)
             self._send_finished(job)
 
+    def _tally(self, job: Job) -> store.Tally:
+        minute = self.clock().replace(second=0, microsecond=0)
+        key = (minute, job.queue_name, job.task_path)
+        if key not in self._tallies:
+            self._tallies[key] = store.Tally()
+        return self._tallies[key]
+
+    def _record_if_due(self, force=False):
+        """Refresh this worker's record and flush its per-minute tallies (health figures)."""
+        now_mono = time.monotonic()
+        if not force and now_mono - self._last_record < RECORD_INTERVAL:
+            return
+        self._last_record = now_mono
+        tallies, self._tallies = self._tallies, {}
+        try:
+            store.record_worker(
+                worker_id=self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queues=self.queues,
+                concurrency=self.concurrency,
+                started_at=self.started_at,
+                succeeded=self.stats.succeeded,
+                failed=self.stats.retried + self.stats.dead,
+                current_job_ids=sorted(self.held),
+                tallies=tallies,
+                now=self.clock(),
+                using=self.using,
+            )
+        except DatabaseError:
+            for key, tally in tallies.items():  # keep them for the next try
+                mine = self._tallies.setdefault(key, store.Tally())
+                mine.succeeded += tally.succeeded
+                mine.failed += tally.failed
+                mine.dead += tally.dead
+                mine.last_success_at = max(
+                    filter(None, [mine.last_success_at, tally.last_success_at]), default=None
+                )
+            raise
+
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)
         base = getattr(task, "backoff_base", None) or policy("BACKOFF_BASE")
@@ -529,11 +611,11 @@ class Worker:
         log_event("lease_lost", job, logging.WARNING, during=during, outcome="lost")
 
     def _send_finished(self, job: Job):
-        if not task_finished.has_listeners():
+        if not wants(task_finished, log_task_finished):
             return
         try:
-            backend = self._backend()
-            task_finished.send(type(backend), task_result=backend.result_for(job))
+            result = self.backend.result_for(job, self.tasks.get(job.task_path))
+            task_finished.send(type(self.backend), task_result=result)
         except Exception:
             logger.exception("event=signal_failed job_id=%s", job.pk)
 
@@ -575,6 +657,19 @@ class Worker:
         listener = Listener(connections[self.using].get_connection_params(), self.queues, self.wake)
         listener.start()
         return listener
+
+
+def wants(signal, builtin_logger) -> bool:
+    """Is a task signal worth a TaskResult? Not when its only receiver is Django's own log
+    line and that logger is quiet: building a result per job costs more than the job itself."""
+    if logging.getLogger("django.tasks").isEnabledFor(logging.INFO):
+        return signal.has_listeners()
+    for entry in signal.receivers:
+        ref = entry[1]
+        target = ref() if isinstance(ref, weakref.ReferenceType) else ref
+        if target is not None and target is not builtin_logger:
+            return True
+    return False
 
 
 class TaskCache:

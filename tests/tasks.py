@@ -40,7 +40,8 @@ def effect(key: str):
     return first
 
 
-@task(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+# A long backoff: a retry is never due within the same burst run unless a clock says so.
+@task(max_attempts=3, backoff_base=30.0, backoff_cap=60.0)
 def always_fails(message="dependency unavailable"):
     raise ConnectionError(message)
 

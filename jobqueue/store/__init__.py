@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,7 +22,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from jobqueue.conf import policy
-from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
+from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState, WorkerRecord
 
 from . import postgresql, sqlite
 
@@ -53,6 +54,7 @@ class NewJob:
     idempotency_key: str | None = None
     max_attempts: int = 5
     backend: str = "default"
+    encoded: tuple[str, str] | None = None  # (args, kwargs) as JSON, if already checked
 
 
 def enqueue(
@@ -69,54 +71,55 @@ def enqueue(
 def enqueue_many(
     news: Iterable[NewJob], *, now: datetime | None = None, using: str = "default"
 ) -> list[tuple[Job, bool]]:
-    """Bulk enqueue: keyless jobs go in multi-row INSERTs, keyed ones one statement each."""
+    """Bulk enqueue. Keyless jobs go in as one multi-row INSERT per chunk; keyed ones one
+    statement each (ON CONFLICT DO NOTHING on the live-key index)."""
     now = now or timezone.now()
     dialect = _dialect(using)
+    connection = connections[using]
     news = list(news)
-    results: list[tuple[Job, bool] | None] = [None] * len(news)
-    with transaction.atomic(using=using):
-        keyless = [(i, n) for i, n in enumerate(news) if n.idempotency_key is None]
+    jobs = [_job_from(n, now) for n in news]
+    keyless = [job for job in jobs if job.idempotency_key is None]
+    keyed = [(i, job) for i, job in enumerate(jobs) if job.idempotency_key is not None]
+    results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
+    # Keyless jobs alone are one statement (its notification included): atomic without a
+    # transaction of our own, so a single enqueue costs one round trip.
+    with _atomic_if(keyed or len(keyless) > dialect.INSERT_CHUNK, using):
         if keyless:
-            jobs = Job.objects.using(using).bulk_create(
-                [_job_from(n, now) for _, n in keyless], batch_size=1000
-            )
-            for (i, _), job in zip(keyless, jobs, strict=True):
-                results[i] = (job, True)
-        for i, n in enumerate(news):
-            if n.idempotency_key is None:
-                continue
-            job = _job_from(n, now)
-            job_id = dialect.insert_keyed(connections[using], job)
+            dialect.insert_many(connection, keyless, now=now)
+        woken = set()
+        for i, job in keyed:
+            job_id = dialect.insert_keyed(connection, job)
             if job_id is None:
                 existing = (
                     Job.objects.using(using)
                     .exclude(state=JobState.DEAD)
-                    .get(idempotency_key=n.idempotency_key)
+                    .get(idempotency_key=job.idempotency_key)
                 )
                 results[i] = (existing, False)
             else:
                 job.pk = job_id
-                results[i] = (job, True)
-        queues = {job.queue_name for job, created in results if created and job.run_after <= now}
-        dialect.notify(connections[using], queues)
+                if job.run_after <= now:
+                    woken.add(job.queue_name)
+        dialect.notify(connection, woken)
     return results
 
 
-def payload_size(args, kwargs) -> int:
-    return len(dumps([args, kwargs]).encode())
+def check_payload(args, kwargs) -> tuple[str, str]:
+    """JSON only, and small: pass ids, not documents (checklist: small payloads, fresh state).
 
-
-def check_payload(args, kwargs) -> None:
-    """JSON only, and small: pass ids, not documents (checklist: small payloads, fresh state)."""
-    size = payload_size(args, kwargs)
+    Returns the two JSON texts, so an insert encodes each payload once.
+    """
+    args_json, kwargs_json = dumps(args), dumps(kwargs)
+    size = len(args_json) + len(kwargs_json)
     limit = policy("MAX_PAYLOAD_BYTES")
     if size > limit:
         raise ValueError(f"payload is {size} bytes, over the {limit}-byte limit")
+    return args_json, kwargs_json
 
 
 def _job_from(n: NewJob, now: datetime) -> Job:
-    check_payload(list(n.args), n.kwargs)
-    return Job(
+    encoded = n.encoded or check_payload(list(n.args), n.kwargs)
+    job = Job(
         task_path=n.task_path,
         args=list(n.args),
         kwargs=dict(n.kwargs),
@@ -129,6 +132,8 @@ def _job_from(n: NewJob, now: datetime) -> Job:
         enqueued_at=now,
         state=JobState.READY,
     )
+    job.encoded_payload = encoded
+    return job
 
 
 def claim(
@@ -148,19 +153,20 @@ def claim(
     (A busy worker sweeps once a second rather than on every claim: `sweep=False`.)
     """
     now = now or timezone.now()
+    dialect = _dialect(using)
+    arguments = {
+        "worker_id": worker_id,
+        "queues": list(queues) if queues else None,
+        "limit": limit,
+        "now": now,
+        "lease_until": now + timedelta(seconds=lease_seconds),
+    }
+    if not sweep:
+        # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
+        return dialect.claim(connections[using], **arguments) if limit > 0 else []
     with transaction.atomic(using=using):
-        if sweep:
-            sweep_expired(now=now, using=using)
-        if limit <= 0:
-            return []
-        return _dialect(using).claim(
-            connections[using],
-            worker_id=worker_id,
-            queues=list(queues) if queues else None,
-            limit=limit,
-            now=now,
-            lease_until=now + timedelta(seconds=lease_seconds),
-        )
+        sweep_expired(now=now, using=using)
+        return dialect.claim(connections[using], **arguments) if limit > 0 else []
 
 
 def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int:
@@ -229,18 +235,26 @@ def acknowledge(
     if not done:
         return set()
     now = now or timezone.now()
-    with transaction.atomic(using=using):
-        acked = _dialect(using).acknowledge(
+    dialect = _dialect(using)
+    replayed = [job.pk for job, _ in done if job.replayed_from_id]
+    # PostgreSQL acknowledges the batch in one statement; only replayed jobs need a second
+    # statement (their dead letters) in the same transaction.
+    with _atomic_if(replayed or dialect.LOOPS, using):
+        acked = dialect.acknowledge(
             connections[using],
             [(job.pk, job.lease_token, dumps(value)) for job, value in done],
             now=now,
         )
-        replayed = [job.pk for job, _ in done if job.replayed_from_id and job.pk in acked]
+        replayed = [pk for pk in replayed if pk in acked]
         if replayed:
             DeadLetter.objects.using(using).filter(
                 replay_job_id__in=replayed, state=DeadLetterState.REPLAYING
             ).update(state=DeadLetterState.REPLAYED)
     return acked
+
+
+def _atomic_if(needed, using):
+    return transaction.atomic(using=using) if needed else nullcontext()
 
 
 def extend_leases(
@@ -255,8 +269,9 @@ def extend_leases(
         return set()
     now = now or timezone.now()
     until = now + timedelta(seconds=lease_seconds)
-    with transaction.atomic(using=using):
-        kept = _dialect(using).extend(
+    dialect = _dialect(using)
+    with _atomic_if(dialect.LOOPS, using):
+        kept = dialect.extend(
             connections[using], [(job.pk, job.lease_token) for job in jobs], now=now, until=until
         )
     for job in jobs:
@@ -450,17 +465,18 @@ def replay(
             letter.replay_job = job
             outcome.done[letter.pk] = job
         republished = outbox_store.republish(outbox_todo, now=now, using=using)
+        outbox_done = []
         for letter in outbox_todo:
             if republished[letter.pk] is not None:
                 outcome.skipped[letter.pk] = republished[letter.pk]
                 continue
-            letter.state = DeadLetterState.REPLAYING
-            letter.replays += 1
-            letter.last_replayed_at = now
             outcome.done[letter.pk] = None
-            todo.append(letter)
-        DeadLetter.objects.using(using).bulk_update(
-            todo, ["state", "replays", "last_replayed_at", "replay_job"]
+            outbox_done.append(letter)
+        _dialect(using).mark_replaying(
+            connections[using],
+            [(letter.pk, letter.replay_job.pk) for letter in todo]
+            + [(letter.pk, None) for letter in outbox_done],
+            now=now,
         )
         _dialect(using).notify(connections[using], {job.queue_name for job in jobs})
     return outcome
@@ -492,3 +508,88 @@ def discard(
             state=DeadLetterState.DISCARDED, discarded_at=now
         )
     return outcome
+
+
+# Worker registry and per-minute counters: health figures, written on the worker's heartbeat.
+
+COUNTERS_UPSERT = """
+INSERT INTO jobqueue_jobcounter
+    (minute, queue_name, task_path, succeeded, failed, dead, last_success_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
+    succeeded = jobqueue_jobcounter.succeeded + excluded.succeeded,
+    failed = jobqueue_jobcounter.failed + excluded.failed,
+    dead = jobqueue_jobcounter.dead + excluded.dead,
+    last_success_at = CASE
+        WHEN excluded.last_success_at IS NULL THEN jobqueue_jobcounter.last_success_at
+        WHEN jobqueue_jobcounter.last_success_at IS NULL
+          OR excluded.last_success_at > jobqueue_jobcounter.last_success_at
+        THEN excluded.last_success_at
+        ELSE jobqueue_jobcounter.last_success_at
+    END
+"""
+
+
+@dataclass
+class Tally:
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    last_success_at: datetime | None = None
+
+
+def record_worker(
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str] | None,
+    concurrency: int,
+    started_at: datetime,
+    succeeded: int,
+    failed: int,
+    current_job_ids: Sequence[int],
+    tallies: dict[tuple[datetime, str, str], Tally],
+    now: datetime | None = None,
+    using: str = "default",
+) -> None:
+    """Upsert the worker's record and add its tallies to the per-minute counters, atomically."""
+    now = now or timezone.now()
+    connection = connections[using]
+    ts = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(using=using):
+        WorkerRecord.objects.using(using).update_or_create(
+            worker_id=worker_id,
+            defaults={
+                "host": host,
+                "pid": pid,
+                "queues": list(queues or []),
+                "concurrency": concurrency,
+                "started_at": started_at,
+                "last_heartbeat_at": now,
+                "jobs_succeeded": succeeded,
+                "jobs_failed": failed,
+                "current_job_ids": list(current_job_ids),
+            },
+        )
+        if tallies:
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    COUNTERS_UPSERT,
+                    [
+                        (
+                            ts(minute),
+                            queue,
+                            task,
+                            t.succeeded,
+                            t.failed,
+                            t.dead,
+                            ts(t.last_success_at) if t.last_success_at else None,
+                        )
+                        for (minute, queue, task), t in tallies.items()
+                    ],
+                )
+
+
+def forget_worker(worker_id: str, *, using: str = "default") -> None:
+    WorkerRecord.objects.using(using).filter(worker_id=worker_id).delete()

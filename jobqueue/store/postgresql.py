@@ -3,6 +3,8 @@
 from jobqueue.models import Job
 
 NOTIFY_CHANNEL = "jobqueue"
+LOOPS = False  # batches are single statements
+INSERT_CHUNK = 5_000
 
 # MATERIALIZED makes the planner run the locking subquery exactly once: a bare
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
@@ -20,7 +22,7 @@ UPDATE jobqueue_job AS j SET
     attempts = j.attempts + 1,
     lease_token = gen_random_uuid()::text,
     locked_until = %(lease_until)s,
-    locked_by = %(worker_id)s,
+    locked_by = %(worker_id)s::text,
     started_at = COALESCE(j.started_at, %(now)s),
     last_attempted_at = %(now)s,
     worker_ids = j.worker_ids || jsonb_build_array(%(worker_id)s::text)
@@ -56,6 +58,88 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state =
 DO NOTHING
 RETURNING id
 """
+
+
+# One statement per chunk: rows from parallel arrays, ids back in input order (RETURNING follows
+# the INSERT … SELECT … ORDER BY order, as Django's bulk_create also relies on), and one
+# notification per queue with due jobs.
+INSERT_MANY = """
+WITH ins AS (
+    INSERT INTO jobqueue_job (
+        task_path, queue_name, priority, backend, args, kwargs, state, run_after,
+        attempts, max_attempts, worker_ids, enqueued_at, errors
+    )
+    SELECT t.task_path, t.queue_name, t.priority, t.backend, t.args::jsonb, t.kwargs::jsonb,
+           'ready', t.run_after, 0, t.max_attempts, '[]', %(now)s, '[]'
+    FROM unnest(%(task_paths)s::text[], %(queues)s::text[], %(priorities)s::int[],
+                %(backends)s::text[], %(args)s::text[], %(kwargs)s::text[],
+                %(run_afters)s::timestamptz[], %(max_attempts)s::int[])
+         WITH ORDINALITY AS t(task_path, queue_name, priority, backend, args, kwargs,
+                              run_after, max_attempts, n)
+    ORDER BY t.n
+    RETURNING id, queue_name, run_after
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q)) AS n
+    FROM (SELECT DISTINCT queue_name AS q FROM ins WHERE run_after <= %(now)s) AS due
+)
+SELECT id, (SELECT n FROM woken) FROM ins
+"""
+
+
+# The common case, one job: plain parameters (array parameters cost more to quote).
+INSERT_ONE = """
+WITH ins AS (
+    INSERT INTO jobqueue_job (
+        task_path, queue_name, priority, backend, args, kwargs, state, run_after,
+        attempts, max_attempts, worker_ids, enqueued_at, errors
+    ) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, 'ready', %s, 0, %s, '[]', %s, '[]')
+    RETURNING id, queue_name, run_after
+)
+SELECT id, CASE WHEN run_after <= %s THEN pg_notify(%s, queue_name) END FROM ins
+"""
+
+
+def insert_many(connection, jobs, *, now):
+    if len(jobs) == 1:
+        [job] = jobs
+        with connection.cursor() as cursor:
+            cursor.execute(
+                INSERT_ONE,
+                [
+                    job.task_path,
+                    job.queue_name,
+                    job.priority,
+                    job.backend,
+                    *job.encoded_payload,
+                    job.run_after,
+                    job.max_attempts,
+                    now,
+                    now,
+                    NOTIFY_CHANNEL,
+                ],
+            )
+            job.pk = cursor.fetchone()[0]
+        return
+    with connection.cursor() as cursor:
+        for start in range(0, len(jobs), INSERT_CHUNK):
+            chunk = jobs[start : start + INSERT_CHUNK]
+            cursor.execute(
+                INSERT_MANY,
+                {
+                    "now": now,
+                    "channel": NOTIFY_CHANNEL,
+                    "task_paths": [j.task_path for j in chunk],
+                    "queues": [j.queue_name for j in chunk],
+                    "priorities": [j.priority for j in chunk],
+                    "backends": [j.backend for j in chunk],
+                    "args": [j.encoded_payload[0] for j in chunk],
+                    "kwargs": [j.encoded_payload[1] for j in chunk],
+                    "run_afters": [j.run_after for j in chunk],
+                    "max_attempts": [j.max_attempts for j in chunk],
+                },
+            )
+            for job, (job_id, _) in zip(chunk, cursor.fetchall(), strict=True):
+                job.pk = job_id
 
 
 def claim(connection, *, worker_id, queues, limit, now, lease_until):
@@ -120,3 +204,22 @@ def notify(connection, queues):
         cursor.execute(
             "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [NOTIFY_CHANNEL, sorted(queues)]
         )
+
+
+MARK_REPLAYING = """
+UPDATE jobqueue_deadletter AS d SET
+    state = 'replaying', replays = d.replays + 1, last_replayed_at = %(now)s,
+    replay_job_id = v.job_id
+FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS v(id, job_id)
+WHERE d.id = v.id
+"""
+
+
+def mark_replaying(connection, pairs, *, now):
+    """Point each dead letter at its replay job in one statement (bulk_update's CASE per row
+    and field was most of a replay batch's time)."""
+    if not pairs:
+        return
+    ids, jobs = zip(*pairs, strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "now": now})

@@ -7,6 +7,9 @@ and the subquery cannot see a concurrent claim's rows half-updated.
 
 from jobqueue.models import Job
 
+LOOPS = True  # batches are one statement per row: run them under one write lock
+INSERT_CHUNK = 500
+
 CLAIM = """
 UPDATE jobqueue_job SET
     state = 'running',
@@ -98,6 +101,10 @@ def extend(connection, leases, *, now, until):
     )
 
 
+def insert_many(connection, jobs, *, now):
+    Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
+
+
 def insert_keyed(connection, job):
     from jobqueue.store import dumps
 
@@ -123,3 +130,16 @@ def insert_keyed(connection, job):
 
 def notify(connection, queues):
     """SQLite has no notifications: workers poll."""
+
+
+MARK_REPLAYING = """
+UPDATE jobqueue_deadletter SET
+    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s
+WHERE id = %s
+"""
+
+
+def mark_replaying(connection, pairs, *, now):
+    now = _ts(connection, now)
+    with connection.cursor() as cursor:
+        cursor.executemany(MARK_REPLAYING, [(now, job_id, pk) for pk, job_id in pairs])

@@ -158,3 +158,15 @@ def test_cli_discard_by_ids_and_refusals(cli_operator):
     letter.refresh_from_db()
     assert letter.state == "discarded"
     assert ReplayItem.objects.get().outcome == "discarded"
+
+
+def test_cli_plain_list_and_ids_with_a_filter_refused(cli_operator):
+    letter = DeadLetterFactory(task_path="shop.receipt", last_error="first line\nsecond line")
+    out = run_cli("list")
+    assert f"{letter.pk:>8} pending" in out and "'first line'" in out
+    with pytest.raises(CommandError, match="not both"):
+        run_cli(
+            "replay", str(letter.pk), "--job-type", "shop.receipt",
+            "--reason", "r", "--operator", "oncall",
+        )  # fmt: skip
+    assert not ReplayRun.objects.exists()

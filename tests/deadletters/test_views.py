@@ -32,8 +32,8 @@ def test_anonymous_is_redirected_to_login():
     assert not Selection.objects.exists()
 
 
-def test_root_redirects_to_the_console():
-    assert Client().get("/")["Location"] == "/deadletters/"
+def test_root_is_the_health_dashboard_behind_login():
+    assert Client().get("/")["Location"].startswith(reverse("login") + "?next=/")
 
 
 def test_login_page_logs_in(viewer):
@@ -312,3 +312,60 @@ def test_audit_has_no_write_endpoints(operator_client):
     run = ReplayRun.objects.get()
     assert operator_client.delete(reverse("deadletters:run", args=[run.pk])).status_code == 405
     assert ReplayRun.objects.count() == 1 and ReplayItem.objects.count() == 1
+
+
+def test_a_stalled_run_offers_a_runner_restart(operator_client, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 1
+    settings.DEADLETTERS_STALL_SECONDS = 60
+    letters = DeadLetterFactory.create_batch(2)
+    confirm_url = operator_client.post(
+        PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}
+    )["Location"]
+    run_url = operator_client.post(confirm_url, {"reason": "x"})["Location"]
+    assert b"Restart runner" not in operator_client.get(run_url).content
+    run = ReplayRun.objects.get()
+    ReplayRun.objects.filter(pk=run.pk).update(updated_at=timezone.now() - timedelta(minutes=2))
+    assert b"Restart runner" in operator_client.get(run_url).content
+    operator_client.post(reverse("deadletters:run-control", args=[run.pk, "resume"]))
+    run.refresh_from_db()
+    assert run.generation == 1
+    runners = Job.objects.filter(task_path="deadletters.tasks.carry_out_run")
+    assert sorted(runners.values_list("args", flat=True)) == [[run.pk, 0], [run.pk, 1]]
+
+
+def test_an_invalid_filter_field_is_named_and_the_valid_ones_still_apply(viewer_client):
+    wanted = DeadLetterFactory(task_path="t")
+    DeadLetterFactory(task_path="other")
+    response = viewer_client.get(LIST, {"job_type": "t", "since": "not-a-date"})
+    content = response.content.decode()
+    assert "Ignored invalid filter" in content and "<code>since</code>" in content
+    rows = re.findall(r'href="/deadletters/(\d+)/"', content)
+    assert rows == [str(wanted.pk)]
+
+
+def test_hand_picked_selection_records_no_filter(operator_client):
+    letter = DeadLetterFactory()
+    operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk], "job_type": "x"})
+    assert Selection.objects.get().filter == {}
+
+
+def test_audit_date_filter(viewer_client, operator_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    letter = DeadLetterFactory()
+    confirm_url = operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk]})[
+        "Location"
+    ]
+    operator_client.post(confirm_url, {"reason": "dated"})
+    audit = reverse("deadletters:audit")
+    today = timezone.now().date()
+    assert "dated" in viewer_client.get(audit, {"since": today, "until": today}).content.decode()
+    tomorrow = today + timedelta(days=1)
+    assert "dated" not in viewer_client.get(audit, {"since": tomorrow}).content.decode()
+    assert "dated" in viewer_client.get(audit, {"since": "garbage"}).content.decode()

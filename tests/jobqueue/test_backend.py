@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def test_task_decorator_builds_our_task_class_with_its_policy():
     assert isinstance(tasks.effect, Task)
     assert tasks.effect.max_attempts == 3
-    assert tasks.always_fails.backoff_base == 0.01
+    assert tasks.always_fails.backoff_base == 30.0
     assert tasks.noop.attempt_budget == 5  # settings.JOBQUEUE["MAX_ATTEMPTS"]
 
 

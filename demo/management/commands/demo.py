@@ -3,6 +3,7 @@
 import io
 import secrets
 import signal
+import socketserver
 import subprocess
 import sys
 import threading
@@ -12,8 +13,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
-from django.core.servers.basehttp import WSGIServer, run
+from django.core.management.base import BaseCommand, CommandError
+from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
@@ -56,12 +57,29 @@ class Command(BaseCommand):
         seeded = 0
         if not Payment.objects.exists():
             seeded = len(services.seed(payments=opts["payments"]))
-        if opts["outage"] > 0:
-            outage = services.start_outage("receipts", opts["outage"])
         connections.close_all()
 
+        # Bind first: a port in use is a clear error before anything else starts.
+        try:
+            server = DemoServer((opts["host"], opts["port"]), WSGIRequestHandler)
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc}") from exc
+        server.set_app(StaticFilesHandler(get_wsgi_application()))
+        # A process manager's SIGTERM stops the demo the same way as Ctrl-C.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         log_path = Path(settings.VAR_DIR) / "demo-workers.log"
-        workers = self.start_workers(opts["workers"], log_path)
+        workers: list[subprocess.Popen] = []
+        try:
+            self.start_workers(workers, opts["workers"], log_path)
+            self.announce(opts, passwords, seeded, workers, log_path)
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+            self.stop_workers(workers)
+
+    def announce(self, opts, passwords, seeded, workers, log_path):
         url = f"http://{opts['host']}:{opts['port']}/deadletters/"
         database = connections["default"].settings_dict["NAME"]
         lines = [
@@ -71,6 +89,7 @@ class Command(BaseCommand):
             f"  payments:  {seeded} seeded now, {Payment.objects.count()} in all",
         ]
         if opts["outage"] > 0:
+            outage = services.start_outage("receipts", opts["outage"])
             lines.append(
                 f"  outage:    receipt service down until {outage.until:%H:%M:%S} UTC; "
                 "receipts exhaust their attempts and become dead letters"
@@ -78,27 +97,13 @@ class Command(BaseCommand):
             timer = threading.Timer(opts["outage"], self.outage_over)
             timer.daemon = True
             timer.start()
+        connections.close_all()
         lines += [
             f"  workers:   {len(workers)} x runworker (log: {log_path})",
             "Ctrl-C stops the server and drains the workers.",
         ]
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
-
-        # A process manager's SIGTERM stops the demo the same way as Ctrl-C.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        try:
-            run(
-                opts["host"],
-                opts["port"],
-                StaticFilesHandler(get_wsgi_application()),
-                threading=True,
-                server_cls=QuietServer,
-            )
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop_workers(workers)
 
     def wipe(self):
         connection = connections["default"]
@@ -131,29 +136,30 @@ class Command(BaseCommand):
                 )
         return passwords
 
-    def start_workers(self, count, log_path):
+    def start_workers(self, workers, count, log_path):
+        """Append each started worker to `workers` at once, so an interrupt stops every one."""
         log = open(log_path, "a")  # noqa: SIM115 - shared by the worker processes until they exit
         manage = Path(settings.BASE_DIR) / "manage.py"
-        return [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(manage),
-                    "runworker",
-                    "--concurrency",
-                    "2",
-                    "--poll",
-                    "0.5",
-                    "--grace",
-                    "10",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Own session: a terminal's Ctrl-C reaches only us; we stop them with one SIGTERM.
-                start_new_session=True,
+        for _ in range(count):
+            workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(manage),
+                        "runworker",
+                        "--concurrency",
+                        "2",
+                        "--poll",
+                        "0.5",
+                        "--grace",
+                        "10",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    # Own session: a terminal's Ctrl-C reaches only us; one SIGTERM stops them.
+                    start_new_session=True,
+                )
             )
-            for _ in range(count)
-        ]
 
     def stop_workers(self, workers):
         self.stdout.write("Stopping: draining workers...")
@@ -173,5 +179,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
 
-class QuietServer(WSGIServer):
+class DemoServer(socketserver.ThreadingMixIn, WSGIServer):
+    """Django's development server class, threaded, as `runserver` builds it."""
+
     daemon_threads = True

@@ -1,0 +1,162 @@
+"""Queue health: what seeds 002 and 004 ask operators to watch, from indexed queries only.
+
+Live rows (ready, running) are read through the partial indexes on them; finished history is
+never scanned: throughput and failure rates come from the per-minute counters the workers keep,
+dead letters pending from the partial index on pending rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, Min, Q, Sum
+from django.utils import timezone
+
+from jobqueue.models import DeadLetter, DeadLetterState, Job, JobCounter, JobState, WorkerRecord
+
+LOST_AFTER = timedelta(seconds=60)
+
+
+@dataclass
+class Row:
+    """Figures for one (queue, task) pair."""
+
+    queue: str
+    task: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    expired: int = 0
+    retrying: int = 0
+    dead_letters: int = 0
+    oldest_ready_age: float = 0.0
+    succeeded_5m: int = 0
+    failed_5m: int = 0
+    succeeded_60m: int = 0
+    failed_60m: int = 0
+
+
+@dataclass
+class Health:
+    at: datetime
+    rows: list[Row]
+    workers: list[dict]
+    totals: dict = field(default_factory=dict)
+    last_success_at: datetime | None = None
+
+    def as_json(self) -> dict:
+        data = asdict(self)
+        data["at"] = self.at.isoformat()
+        data["last_success_at"] = self.last_success_at.isoformat() if self.last_success_at else None
+        for worker in data["workers"]:
+            for key in ("started_at", "last_heartbeat_at"):
+                worker[key] = worker[key].isoformat()
+        return data
+
+
+def failure_rate(succeeded: int, failed: int) -> float:
+    attempts = succeeded + failed
+    return failed / attempts if attempts else 0.0
+
+
+def snapshot(*, now: datetime | None = None, lost_after: timedelta = LOST_AFTER) -> Health:
+    now = now or timezone.now()
+    rows: dict[tuple[str, str], Row] = {}
+
+    def row(queue, task) -> Row:
+        if (queue, task) not in rows:
+            rows[queue, task] = Row(queue=queue, task=task)
+        return rows[queue, task]
+
+    for r in (
+        Job.objects.filter(state=JobState.READY)
+        .values("queue_name", "task_path")
+        .annotate(
+            ready=Count("id", filter=Q(run_after__lte=now)),
+            scheduled=Count("id", filter=Q(run_after__gt=now)),
+            retrying=Count("id", filter=Q(attempts__gt=0)),
+            oldest=Min("run_after", filter=Q(run_after__lte=now)),
+        )
+    ):
+        target = row(r["queue_name"], r["task_path"])
+        target.ready, target.scheduled, target.retrying = r["ready"], r["scheduled"], r["retrying"]
+        if r["oldest"]:
+            target.oldest_ready_age = max(0.0, (now - r["oldest"]).total_seconds())
+    for r in (
+        Job.objects.filter(state=JobState.RUNNING)
+        .values("queue_name", "task_path")
+        .annotate(
+            running=Count("id", filter=Q(locked_until__gt=now)),
+            expired=Count("id", filter=Q(locked_until__lte=now)),
+            retrying=Count("id", filter=Q(attempts__gt=1)),
+        )
+    ):
+        target = row(r["queue_name"], r["task_path"])
+        target.running, target.expired = r["running"], r["expired"]
+        target.retrying += r["retrying"]
+    for r in (
+        DeadLetter.objects.filter(state=DeadLetterState.PENDING)
+        .values("queue_name", "task_path")
+        .annotate(n=Count("id"))
+    ):
+        row(r["queue_name"], r["task_path"]).dead_letters = r["n"]
+
+    windows = {"5m": now - timedelta(minutes=5), "60m": now - timedelta(minutes=60)}
+    counters = JobCounter.objects.filter(minute__gte=windows["60m"].replace(second=0))
+    for r in counters.values("queue_name", "task_path").annotate(
+        s5=Sum("succeeded", filter=Q(minute__gte=windows["5m"].replace(second=0))),
+        f5=Sum("failed", filter=Q(minute__gte=windows["5m"].replace(second=0))),
+        s60=Sum("succeeded"),
+        f60=Sum("failed"),
+    ):
+        target = row(r["queue_name"], r["task_path"])
+        target.succeeded_5m, target.failed_5m = r["s5"] or 0, r["f5"] or 0
+        target.succeeded_60m, target.failed_60m = r["s60"] or 0, r["f60"] or 0
+    last_success = JobCounter.objects.aggregate(m=Max("last_success_at"))["m"]
+
+    workers = []
+    for w in WorkerRecord.objects.order_by("started_at"):
+        workers.append(
+            {
+                "worker_id": w.worker_id,
+                "host": w.host,
+                "pid": w.pid,
+                "queues": w.queues or ["*"],
+                "started_at": w.started_at,
+                "last_heartbeat_at": w.last_heartbeat_at,
+                "lost": now - w.last_heartbeat_at > lost_after,
+                "jobs_succeeded": w.jobs_succeeded,
+                "jobs_failed": w.jobs_failed,
+                "current_jobs": len(w.current_job_ids),
+            }
+        )
+
+    ordered = sorted(rows.values(), key=lambda r: (r.queue, r.task))
+    totals: dict[str, float] = defaultdict(float)
+    for r in ordered:
+        for name in (
+            "ready",
+            "scheduled",
+            "running",
+            "expired",
+            "retrying",
+            "dead_letters",
+            "succeeded_5m",
+            "failed_5m",
+            "succeeded_60m",
+            "failed_60m",
+        ):
+            totals[name] += getattr(r, name)
+        totals["oldest_ready_age"] = max(totals["oldest_ready_age"], r.oldest_ready_age)
+    totals["failure_rate_5m"] = failure_rate(totals["succeeded_5m"], totals["failed_5m"])
+    totals["failure_rate_60m"] = failure_rate(totals["succeeded_60m"], totals["failed_60m"])
+    totals["workers"] = len(workers)
+    totals["lost_workers"] = sum(w["lost"] for w in workers)
+    totals["since_last_success"] = (
+        (now - last_success).total_seconds() if last_success else float("inf")
+    )
+    return Health(
+        at=now, rows=ordered, workers=workers, totals=dict(totals), last_success_at=last_success
+    )

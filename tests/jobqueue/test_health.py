@@ -1,0 +1,154 @@
+"""Queue health figures against fixture data, the /metrics endpoint and `queuehealth`."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobqueue.health import snapshot
+from jobqueue.models import JobCounter, WorkerRecord
+from jobqueue.worker import Worker
+from tests import tasks
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+NOW = timezone.now().replace(microsecond=0)
+
+
+def ago(**kw):
+    return NOW - timedelta(**kw)
+
+
+@pytest.fixture
+def fixture_data():
+    for minutes in (1, 2, 7):
+        JobFactory(task_path="a.task", run_after=ago(minutes=minutes))  # due
+    JobFactory(task_path="a.task", run_after=NOW + timedelta(hours=1))  # scheduled
+    JobFactory(task_path="a.task", run_after=ago(minutes=3), attempts=2)  # due, retrying
+    JobFactory(task_path="a.task", running=True, locked_until=NOW + timedelta(seconds=30))
+    JobFactory(task_path="a.task", running=True, attempts=3, locked_until=ago(seconds=5))
+    JobFactory(task_path="b.task", queue_name="mail", done=True)
+    JobFactory(task_path="b.task", queue_name="mail", dead=True)
+    DeadLetterFactory.create_batch(2, task_path="b.task", queue_name="mail")
+    DeadLetterFactory(task_path="b.task", queue_name="mail", discarded=True)
+    JobCounter.objects.create(
+        minute=ago(minutes=2).replace(second=0),
+        queue_name="default",
+        task_path="a.task",
+        succeeded=8,
+        failed=2,
+        last_success_at=ago(minutes=2),
+    )
+    JobCounter.objects.create(
+        minute=ago(minutes=30).replace(second=0),
+        queue_name="default",
+        task_path="a.task",
+        succeeded=10,
+        failed=10,
+        dead=1,
+    )
+    JobCounter.objects.create(
+        minute=ago(hours=3).replace(second=0),
+        queue_name="default",
+        task_path="a.task",
+        succeeded=1000,
+    )
+    WorkerRecord.objects.create(
+        worker_id="alive",
+        host="h",
+        pid=1,
+        started_at=ago(hours=1),
+        last_heartbeat_at=ago(seconds=5),
+        current_job_ids=[1],
+    )
+    WorkerRecord.objects.create(
+        worker_id="gone",
+        host="h",
+        pid=2,
+        started_at=ago(hours=1),
+        last_heartbeat_at=ago(minutes=10),
+    )
+
+
+def test_figures_are_exact(fixture_data):
+    health = snapshot(now=NOW)
+    rows = {(r.queue, r.task): r for r in health.rows}
+    a = rows["default", "a.task"]
+    assert (a.ready, a.scheduled, a.running, a.expired) == (4, 1, 1, 1)
+    assert a.retrying == 2  # the due job with attempts=2 and the expired one on attempt 3
+    assert a.oldest_ready_age == 7 * 60
+    assert (a.succeeded_5m, a.failed_5m, a.succeeded_60m, a.failed_60m) == (8, 2, 18, 12)
+    b = rows["mail", "b.task"]
+    assert b.dead_letters == 2 and b.ready == 0
+    assert health.totals["failure_rate_5m"] == pytest.approx(0.2)
+    assert health.totals["since_last_success"] == 120
+    assert [(w["worker_id"], w["lost"]) for w in health.workers] == [
+        ("alive", False),
+        ("gone", True),
+    ]
+    assert health.totals["lost_workers"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_records_itself_counts_its_jobs_and_leaves_cleanly():
+    for n in range(3):
+        tasks.add.enqueue(n, n)
+    tasks.permanent.enqueue()
+    Worker(burst=True, poll_interval=0.05).run()
+    assert not WorkerRecord.objects.exists()  # removed on a clean exit
+    counted = JobCounter.objects.get(task_path="tests.tasks.add")
+    assert counted.succeeded == 3 and counted.last_success_at is not None
+    assert JobCounter.objects.get(task_path="tests.tasks.permanent").dead == 1
+
+
+def test_metrics_parse_and_need_credentials(client, fixture_data, settings, django_user_model):
+    assert client.get("/metrics").status_code == 401
+    settings.REDRIVE_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    response = client.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert response.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    ready = {tuple(s.labels.values()): s.value for s in families["redrive_jobs_ready"].samples}
+    assert ready[("default", "a.task")] == 4
+    pending = families["redrive_dead_letters_pending"].samples
+    assert {(s.labels["task"], s.value) for s in pending} >= {("b.task", 2)}
+    workers = {s.labels["state"]: s.value for s in families["redrive_workers"].samples}
+    assert workers == {"alive": 1, "lost": 1}
+    staff = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    client.force_login(staff)
+    settings.REDRIVE_METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 200
+
+
+def test_queuehealth_fails_only_when_a_threshold_is_crossed(fixture_data, capsys):
+    with pytest.raises(SystemExit) as crossed:
+        call_command("queuehealth", "--fail-if", "lost_workers>0", "--fail-if", "ready>100")
+    assert crossed.value.code == 1
+    assert "ALERT lost_workers=1 > 0" in capsys.readouterr().err
+    call_command("queuehealth", "--json", "--fail-if", "ready>100")  # no exit: not crossed
+    with pytest.raises(CommandError) as bad:
+        call_command("queuehealth", "--fail-if", "readiness>1")
+    assert bad.value.returncode == 2
+    with pytest.raises(CommandError):
+        call_command("queuehealth", "--fail-if", "ready is big")
+
+
+def test_dashboard_shows_the_figures_to_viewers_only(client, fixture_data, django_user_model):
+    from deadletters.roles import assign
+
+    assert client.get("/").status_code == 302  # to the login page
+    viewer = django_user_model.objects.create_user("viewer", password="pw")
+    assign(viewer, "viewer")
+    client.force_login(viewer)
+    page = client.get("/").content.decode()
+    assert 'data-figure="ready">4<' in page
+    assert "gone" in page and "lost" in page  # the silent worker is flagged
+    assert "Completed per minute" in page and "<svg" in page
+    partial = client.get("/", headers={"HX-Request": "true"}).content.decode()
+    assert partial.lstrip().startswith('<div id="health"') and "<html" not in partial
+    nobody = django_user_model.objects.create_user("nobody", password="pw")
+    client.force_login(nobody)
+    assert client.get("/").status_code == 403
