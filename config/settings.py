@@ -5,6 +5,7 @@ SQLite file under var/ in WAL mode with IMMEDIATE transactions, so concurrent wo
 write lock instead of failing with "database is locked" halfway through a transaction.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -142,3 +143,8 @@ DEADLETTERS_REPLAY_BATCH_SIZE = int(os.environ.get("DEADLETTERS_REPLAY_BATCH_SIZ
 DEADLETTERS_MAX_REPLAYS = int(os.environ.get("DEADLETTERS_MAX_REPLAYS", 3))
 DEADLETTERS_REPLAY_RATE = float(os.environ.get("DEADLETTERS_REPLAY_RATE", 0))
 DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")
+
+# Transactional outbox: routes, destinations, subscribers (jobqueue/outbox.py documents the shape).
+# REDRIVE_OUTBOX carries the same dict as JSON, so a deployment (or a test's relay processes) sets
+# routes and secrets without code.
+OUTBOX = json.loads(os.environ.get("REDRIVE_OUTBOX") or "{}")

@@ -223,3 +223,81 @@ class Execution(models.Model):
 
     def __str__(self):
         return self.idempotency_key
+
+
+class OutboxState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    LEASED = "leased", "Leased"
+    PUBLISHED = "published", "Published"
+    DEAD = "dead", "Dead"
+
+
+class OutboxMessage(models.Model):
+    """A message recorded in the caller's transaction, published later by a relay (seed 000).
+
+    The row id is the message id every destination sees, so a republish after a crash carries the
+    same id. Messages with the same `key` are published one at a time in id order.
+    """
+
+    topic = models.CharField(max_length=255)
+    key = models.CharField(max_length=255, null=True, blank=True)
+    payload = models.JSONField(default=dict)
+
+    state = models.CharField(
+        max_length=10, choices=OutboxState.choices, default=OutboxState.PENDING
+    )
+    created_at = models.DateTimeField()
+    available_at = models.DateTimeField()  # not claimable before: backoff after a failure
+    attempts = models.PositiveIntegerField(default=0)
+
+    lease_token = models.CharField(max_length=64, null=True, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=255, null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    # One entry per failed attempt, shaped like Job.errors.
+    errors = models.JSONField(default=list)
+    # Set when the message is dead-lettered; a replay and a later death reuse the same letter.
+    dead_letter = models.ForeignKey(
+        DeadLetter, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        db_table = "jobqueue_outbox"
+        indexes = [
+            # The relay scans pending rows in id order.
+            models.Index(
+                fields=["id"], name="jobqueue_outbox_pending_idx", condition=Q(state="pending")
+            ),
+            # Per-key ordering: "is there an earlier unfinished message with my key?"
+            models.Index(
+                fields=["key", "id"],
+                name="jobqueue_outbox_key_idx",
+                condition=Q(state__in=["pending", "leased"], key__isnull=False),
+            ),
+            models.Index(
+                fields=["locked_until"],
+                name="jobqueue_outbox_leased_idx",
+                condition=Q(state="leased"),
+            ),
+            # Retention: prune scans published rows by age only.
+            models.Index(
+                fields=["published_at"],
+                name="jobqueue_outbox_published_idx",
+                condition=Q(state="published"),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state="leased", lease_token__isnull=False, locked_until__isnull=False)
+                | ~Q(state="leased"),
+                name="jobqueue_outbox_leased_has_lease",
+            ),
+        ]
+
+    def __str__(self):
+        return f"OutboxMessage {self.pk} {self.topic} [{self.state}]"
+
+    @property
+    def message_id(self) -> str:
+        return str(self.pk)

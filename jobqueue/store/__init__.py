@@ -391,7 +391,12 @@ def replay(
     The new job gets a fresh attempt budget and points back at its dead letter, which becomes
     'replaying' until that job is done (→ 'replayed') or dies again (→ 'pending', replays kept).
     Items not pending are skipped with the reason; nothing is replayed twice concurrently.
+
+    Outbox dead letters (source "outbox") make no job: their message row becomes unpublished
+    again, same message id (store/outbox.py republish); done maps them to None.
     """
+    from jobqueue.store import outbox as outbox_store
+
     now = now or timezone.now()
     ids = list(dict.fromkeys(dead_letter_ids))
     outcome = Outcome()
@@ -403,7 +408,11 @@ def replay(
             .filter(pk__in=ids)
             .order_by("pk")
         }
-        keys = {dl.idempotency_key for dl in letters.values() if dl.idempotency_key}
+        keys = {
+            dl.idempotency_key
+            for dl in letters.values()
+            if dl.idempotency_key and dl.source != outbox_store.SOURCE
+        }
         held = (
             set(
                 Job.objects.using(using)
@@ -415,12 +424,15 @@ def replay(
             else set()
         )
         todo = []
+        outbox_todo = []
         for pk in ids:
             letter = letters.get(pk)
             if letter is None:
                 outcome.skipped[pk] = SKIP_MISSING
             elif letter.state != DeadLetterState.PENDING:
                 outcome.skipped[pk] = SKIP_REASONS[letter.state]
+            elif letter.source == outbox_store.SOURCE:
+                outbox_todo.append(letter)
             elif letter.idempotency_key and letter.idempotency_key in held:
                 outcome.skipped[pk] = SKIP_KEY_HELD
             else:
@@ -452,8 +464,19 @@ def replay(
             letter.last_replayed_at = now
             letter.replay_job = job
             outcome.done[letter.pk] = job
+        republished = outbox_store.republish(outbox_todo, now=now, using=using)
+        outbox_done = []
+        for letter in outbox_todo:
+            if republished[letter.pk] is not None:
+                outcome.skipped[letter.pk] = republished[letter.pk]
+                continue
+            outcome.done[letter.pk] = None
+            outbox_done.append(letter)
         _dialect(using).mark_replaying(
-            connections[using], [(letter.pk, letter.replay_job.pk) for letter in todo], now=now
+            connections[using],
+            [(letter.pk, letter.replay_job.pk) for letter in todo]
+            + [(letter.pk, None) for letter in outbox_done],
+            now=now,
         )
         _dialect(using).notify(connections[using], {job.queue_name for job in jobs})
     return outcome

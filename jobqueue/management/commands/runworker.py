@@ -1,7 +1,11 @@
+import signal
+
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from jobqueue.outbox import setting
+from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
 
 
@@ -86,6 +90,12 @@ class Command(BaseCommand):
             default=None,
             help="Worker identity in leases and logs (default host:pid:random).",
         )
+        parser.add_argument(
+            "--relay",
+            action="store_true",
+            default=None,
+            help="Also run an outbox relay thread (default settings.OUTBOX RELAY_IN_WORKER).",
+        )
 
     def handle(self, *args, **opts):
         if opts["prefetch"] is not None and opts["prefetch"] < 0:
@@ -103,4 +113,27 @@ class Command(BaseCommand):
             worker_id=opts["worker_id"],
         )
         worker.install_signal_handlers()
-        worker.run()
+        relay_thread = relay = None
+        if opts["relay"] or setting("RELAY_IN_WORKER"):
+            relay = Relay(relay_id=f"{worker.worker_id}:relay")
+            _stop_relay_on_signals(relay)
+            relay_thread = run_in_thread(relay)
+        try:
+            worker.run()
+        finally:
+            if relay is not None:
+                relay.stop()
+                relay_thread.join(timeout=30.0)
+
+
+def _stop_relay_on_signals(relay):
+    """The signal that stops the worker stops the relay too (then runs the worker's handler)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+
+        def handler(received, frame, previous=previous):
+            relay.stop()
+            if callable(previous):
+                previous(received, frame)
+
+        signal.signal(signum, handler)

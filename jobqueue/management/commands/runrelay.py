@@ -1,0 +1,48 @@
+from django.core.management.base import BaseCommand
+
+from jobqueue.management.commands.runworker import ensure_migrated, positive
+from jobqueue.relay import Relay
+
+
+class Command(BaseCommand):
+    help = "Run an outbox relay: claim unpublished messages, publish them, mark them published."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--batch",
+            type=positive(int),
+            default=None,
+            help="Messages claimed per round trip (default settings.OUTBOX BATCH_SIZE).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive(float),
+            default=None,
+            metavar="SECONDS",
+            help="Lease length of each claim (default settings.OUTBOX LEASE_SECONDS).",
+        )
+        parser.add_argument(
+            "--poll",
+            type=positive(float),
+            default=None,
+            metavar="SECONDS",
+            help="Polling interval when idle (default settings.OUTBOX POLL_INTERVAL).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit 0 once no message is claimable."
+        )
+        parser.add_argument(
+            "--id", dest="relay_id", default=None, help="Relay identity in leases and logs."
+        )
+
+    def handle(self, *args, **opts):
+        ensure_migrated()
+        relay = Relay(
+            relay_id=opts["relay_id"],
+            batch_size=opts["batch"],
+            lease_seconds=opts["lease"],
+            poll_interval=opts["poll"],
+            burst=opts["burst"],
+        )
+        relay.install_signal_handlers()
+        relay.run()

@@ -1,0 +1,453 @@
+"""The outbox relay: claim messages with a lease, publish them, mark them published.
+
+    claim (short transaction, lease token) ─▶ publish (no transaction open) ─▶ mark published
+                                                                               (only if the
+                                                                               lease is ours)
+
+A crash between publish and mark republishes the message after its lease expires, with the same
+message id: delivery is at least once and consumers deduplicate on the id. The `jobs`
+destination writes to this database, so it publishes and marks in one transaction instead.
+
+Several relays may run at once (SKIP LOCKED / SQLite's write lock keep their claims apart; the
+claim's per-key rule keeps a key's messages one at a time, in id order). On PostgreSQL a
+LISTEN connection wakes the relay when a message commits; polling covers everything else.
+
+Stopping: SIGTERM/SIGINT (runrelay) or stop() finishes the message being published, hands the
+rest of the batch back (attempt not counted) and exits; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback as tb
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
+
+from jobqueue import publishers
+from jobqueue.backoff import retry_delay
+from jobqueue.errors import class_path, classify
+from jobqueue.models import OutboxMessage
+from jobqueue.outbox import route_for, setting
+from jobqueue.store import outbox as outbox_store
+
+logger = logging.getLogger("jobqueue.relay")
+
+# Crash drills, like the worker's JOBQUEUE_FAULT: the relay SIGKILLs itself at that point.
+FAULT = os.environ.get("REDRIVE_RELAY_FAULT", "")
+FAULT_POINTS = {"after_claim", "after_publish", "after_mark"}
+if FAULT and FAULT not in FAULT_POINTS:
+    raise RuntimeError(f"REDRIVE_RELAY_FAULT must be one of {sorted(FAULT_POINTS)}, not {FAULT!r}")
+
+
+def fault_point(name: str):
+    if name == FAULT:
+        os.write(2, f"relay: fault point {name}: SIGKILL\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _logfmt(value) -> str:
+    text = str(value)
+    if not text or any(c in text for c in ' "=\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+def log_event(event: str, message: OutboxMessage, level=logging.INFO, **fields):
+    """One logfmt line per message event: event=… message_id=… topic=… key=… attempt=…"""
+    if not logger.isEnabledFor(level):
+        return
+    parts = {
+        "event": event,
+        "message_id": message.pk,
+        "topic": message.topic,
+        "key": message.key or "-",
+        "attempt": message.attempts,
+        **fields,
+    }
+    logger.log(level, " ".join(f"{k}={_logfmt(v)}" for k, v in parts.items()))
+
+
+class AttemptsExhausted(Exception):
+    """Claimed again after its last attempt's lease expired (the relay died each time)."""
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    published: int = 0
+    retried: int = 0
+    dead: int = 0
+    leases_lost: int = 0
+    released: int = 0
+    db_errors: int = 0
+
+
+class Relay:
+    def __init__(
+        self,
+        *,
+        relay_id: str | None = None,
+        batch_size: int | None = None,
+        lease_seconds: float | None = None,
+        poll_interval: float | None = None,
+        burst: bool = False,
+        sweep_interval: float = 1.0,
+        mark_interval: float = 1.0,
+        clock: Callable = timezone.now,
+        using: str = "default",
+    ):
+        self.relay_id = relay_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.batch_size = batch_size or setting("BATCH_SIZE")
+        self.lease_seconds = lease_seconds or setting("LEASE_SECONDS")
+        self.poll_interval = poll_interval or setting("POLL_INTERVAL")
+        self.burst = burst
+        self.sweep_interval = sweep_interval
+        # Slow destinations: successes are marked at least this often, so a crash mid-batch
+        # republishes seconds of messages, not the whole batch.
+        self.mark_interval = mark_interval
+        self.clock = clock
+        self.using = using
+        self.wake = threading.Event()
+        self.stopping = False
+        self.signals = 0
+        self.stats = Stats()
+        self.listener: Listener | None = None
+        self._publishers: dict[str | None, publishers.Publisher] = {}
+        self._last_sweep = 0.0
+        self._db_backoff = 0.0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def install_signal_handlers(self):
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        self.signals += 1
+        if self.signals > 1:
+            os.write(2, b"relay: second signal, exiting now\n")
+            os._exit(1)
+        os.write(2, f"relay: {signal.Signals(signum).name} received, stopping\n".encode())
+        self.stop()
+
+    def stop(self):
+        self.stopping = True
+        self.wake.set()
+
+    def run(self) -> int:
+        logger.info(
+            "event=relay_started relay=%s batch=%d lease=%.1fs burst=%s",
+            self.relay_id,
+            self.batch_size,
+            self.lease_seconds,
+            self.burst,
+        )
+        self.listener = self._start_listener()
+        try:
+            while not self.stopping:
+                try:
+                    claimed = self.step()
+                    self._db_backoff = 0.0
+                except DatabaseError as exc:
+                    self._database_trouble(exc)
+                    continue
+                if self.burst and not claimed:
+                    break
+                if not claimed:
+                    self.wake.wait(self.poll_interval)
+                    self.wake.clear()
+        finally:
+            if self.listener:
+                self.listener.stop()
+                self.listener.join(timeout=2.0)
+            for publisher in self._publishers.values():
+                publisher.close()
+        logger.info(
+            "event=relay_stopped relay=%s claimed=%d published=%d retried=%d dead=%d "
+            "leases_lost=%d",
+            self.relay_id,
+            self.stats.claimed,
+            self.stats.published,
+            self.stats.retried,
+            self.stats.dead,
+            self.stats.leases_lost,
+        )
+        return 0
+
+    def _start_listener(self):
+        if connections[self.using].vendor != "postgresql":
+            return None
+        listener = Listener(connections[self.using].get_connection_params(), self.wake)
+        listener.start()
+        return listener
+
+    def _database_trouble(self, exc):
+        """Back off (bounded) and reconnect instead of crash-looping while the database is away."""
+        self.stats.db_errors += 1
+        self._db_backoff = min(max(self._db_backoff * 2, 0.1), 5.0)
+        logger.warning(
+            "event=database_error relay=%s error=%s retry_in=%.1fs",
+            self.relay_id,
+            _logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
+            self._db_backoff,
+        )
+        connections[self.using].close()
+        self.wake.wait(self._db_backoff)
+        self.wake.clear()
+
+    # --- one round -----------------------------------------------------------------------
+
+    def step(self) -> int:
+        """Claim one batch and see every message in it to an outcome; returns how many."""
+        now_mono = time.monotonic()
+        sweep = now_mono - self._last_sweep >= self.sweep_interval
+        if sweep:
+            self._last_sweep = now_mono
+        messages = outbox_store.claim(
+            relay_id=self.relay_id,
+            limit=self.batch_size,
+            lease_seconds=self.lease_seconds,
+            now=self.clock(),
+            using=self.using,
+            sweep=sweep,
+        )
+        if not messages:
+            return 0
+        fault_point("after_claim")
+        self.stats.claimed += len(messages)
+        logger.debug("event=claim_batch relay=%s n=%d", self.relay_id, len(messages))
+        groups: dict[str | None, list[OutboxMessage]] = {}
+        for message in messages:
+            groups.setdefault(route_for(message.topic), []).append(message)
+        for spec, group in groups.items():
+            if self.stopping:
+                self._release(group)
+                continue
+            publisher = self._publisher(spec)
+            group = self._bury_exhausted(group, publisher)
+            if publisher.transactional:
+                self._publish_in_transaction(publisher, spec, group)
+            else:
+                self._publish_one_by_one(publisher, spec, group)
+        return len(messages)
+
+    def _publisher(self, spec: str | None) -> publishers.Publisher:
+        if spec not in self._publishers:
+            self._publishers[spec] = publishers.build(spec, using=self.using)
+        return self._publishers[spec]
+
+    def _max_attempts(self, publisher) -> int:
+        return publisher.max_attempts or setting("MAX_ATTEMPTS")
+
+    def _bury_exhausted(self, group, publisher):
+        budget = self._max_attempts(publisher)
+        keep = []
+        for message in group:
+            if message.attempts <= budget:
+                keep.append(message)
+                continue
+            self._settle_failure(
+                message,
+                AttemptsExhausted(f"{budget} attempts used up by expired leases"),
+                "",
+                publisher,
+            )
+        return keep
+
+    def _publish_in_transaction(self, publisher, spec, group):
+        """Destinations in this database: mark and write in one transaction.
+
+        Marking first leaves only the messages whose lease is still ours (their rows stay
+        locked until commit), so the jobs written are exactly those of the marked messages.
+        """
+        if not group:
+            return
+        jobs, failed = publisher.plan(group)
+        deliverable = [m for m in group if m.pk in jobs]
+        with transaction.atomic(using=self.using):
+            marked = outbox_store.mark_published(deliverable, now=self.clock(), using=self.using)
+            publisher.write([job for pk in sorted(marked) for job in jobs[pk]])
+            fault_point("after_publish")
+        fault_point("after_mark")
+        self._report_marked(deliverable, marked, spec)
+        for message in group:
+            if message.pk in failed:
+                self._settle_failure(message, failed[message.pk], "", publisher)
+
+    def _publish_one_by_one(self, publisher, spec, group):
+        """Network destinations: no transaction is open while a message is on the wire."""
+        pending = list(group)
+        succeeded: list[OutboxMessage] = []
+        last_mark = time.monotonic()
+        while pending:
+            if self.stopping:
+                self._mark(succeeded, spec)
+                self._release(pending)
+                return
+            pending = self._keep_leases(pending)
+            if not pending:
+                break
+            message = pending.pop(0)
+            outcome, formatted = self._attempt(publisher, message)
+            if outcome is None:
+                succeeded.append(message)
+                if time.monotonic() - last_mark >= self.mark_interval:
+                    self._mark(succeeded, spec)
+                    succeeded, last_mark = [], time.monotonic()
+                continue
+            self._settle_failure(message, outcome, formatted, publisher)
+            if publisher.down:
+                # The destination itself is unreachable: the rest of the batch fails with the
+                # same error now, rather than each waiting out a connect or read timeout.
+                for rest in pending:
+                    self._settle_failure(rest, outcome, formatted, publisher)
+                pending = []
+        self._mark(succeeded, spec)
+
+    def _attempt(self, publisher, message) -> tuple[BaseException | None, str]:
+        """One publish; a publisher's own bug is recorded on the message like any failure."""
+        try:
+            return publisher.publish([message])[message.pk], ""
+        except Exception as exc:  # noqa: BLE001 - recorded and retried, never silent
+            publisher.close()
+            return exc, "".join(tb.format_exception(exc))
+
+    def _keep_leases(self, pending: Sequence[OutboxMessage]) -> list[OutboxMessage]:
+        """Heartbeat: with under half the lease left, extend the leases of the rest."""
+        now = self.clock()
+        # One claim gave the batch one lease_until, and extensions move them together.
+        if min(m.locked_until for m in pending[:1]) - now > timedelta(
+            seconds=self.lease_seconds / 2
+        ):
+            return list(pending)
+        kept = outbox_store.extend_leases(
+            pending, lease_seconds=self.lease_seconds, now=now, using=self.using
+        )
+        for message in pending:
+            if message.pk not in kept:
+                self._lease_lost(message, "heartbeat")
+        return [m for m in pending if m.pk in kept]
+
+    def _mark(self, succeeded, spec):
+        if not succeeded:
+            return
+        fault_point("after_publish")
+        marked = outbox_store.mark_published(succeeded, now=self.clock(), using=self.using)
+        fault_point("after_mark")
+        self._report_marked(succeeded, marked, spec)
+
+    def _report_marked(self, messages, marked, spec):
+        for message in messages:
+            if message.pk in marked:
+                self.stats.published += 1
+                log_event("published", message, destination=spec, relay=self.relay_id)
+            else:
+                # Published, but another relay now owns it and will publish it again with the
+                # same message id: consumers deduplicate.
+                self._lease_lost(message, "mark")
+
+    def _settle_failure(self, message, exc: BaseException, formatted: str, publisher):
+        now = self.clock()
+        verdict = classify(exc)
+        budget = self._max_attempts(publisher)
+        entry = outbox_store.error_entry(
+            message,
+            class_path=class_path(type(exc)),
+            text=str(exc),
+            traceback=formatted or "".join(tb.format_exception_only(exc)),
+            now=now,
+        )
+        fields = {"error": class_path(type(exc)), "relay": self.relay_id}
+        if verdict.retry and message.attempts < budget:
+            delay = verdict.delay
+            if delay is None:
+                delay = retry_delay(
+                    message.attempts, base=setting("BACKOFF_BASE"), cap=setting("BACKOFF_CAP")
+                )
+            retry_at = now + timedelta(seconds=delay)
+            if outbox_store.retry(message, entry, retry_at=retry_at, now=now, using=self.using):
+                self.stats.retried += 1
+                log_event(
+                    "retried", message, logging.WARNING, retry_at=retry_at.isoformat(), **fields
+                )
+            else:
+                self._lease_lost(message, "retry")
+            return
+        letter = outbox_store.bury(message, entry, max_attempts=budget, now=now, using=self.using)
+        if letter is None:
+            self._lease_lost(message, "dead_letter")
+            return
+        self.stats.dead += 1
+        log_event("dead_lettered", message, logging.ERROR, dead_letter=letter.pk, **fields)
+
+    def _release(self, messages):
+        if not messages:
+            return
+        try:
+            released = outbox_store.release(messages, now=self.clock(), using=self.using)
+        except DatabaseError as exc:
+            logger.warning("event=release_failed count=%d error=%s", len(messages), _logfmt(exc))
+            return
+        self.stats.released += released
+        logger.info("event=leases_released relay=%s count=%d", self.relay_id, released)
+
+    def _lease_lost(self, message, during: str):
+        self.stats.leases_lost += 1
+        log_event("lease_lost", message, logging.WARNING, during=during, relay=self.relay_id)
+
+
+class Listener(threading.Thread):
+    """LISTEN on a dedicated autocommit connection; polling covers any gap while it reconnects."""
+
+    def __init__(self, params, wake: threading.Event):
+        super().__init__(name="relay-listener", daemon=True)
+        self.params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
+        self.wake = wake
+        self._stop_event = threading.Event()
+        self.listening = threading.Event()
+
+    def stop(self):
+        self._stop_event.set()
+
+    def run(self):
+        import psycopg
+
+        backoff = 0.1
+        while not self._stop_event.is_set():
+            try:
+                with psycopg.connect(**self.params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {outbox_store.NOTIFY_CHANNEL}")
+                    self.listening.set()
+                    backoff = 0.1
+                    while not self._stop_event.is_set():
+                        for _ in conn.notifies(timeout=0.25):
+                            self.wake.set()
+            except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
+                self.listening.clear()
+                logger.debug("event=listener_error error=%s", _logfmt(exc))
+                self._stop_event.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+
+def run_in_thread(relay: Relay) -> threading.Thread:
+    """Run a relay beside a worker (runworker --relay); its Django connection dies with it."""
+
+    def target():
+        try:
+            relay.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name="relay", daemon=True)
+    thread.start()
+    return thread

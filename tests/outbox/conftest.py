@@ -1,0 +1,189 @@
+"""Fixtures for the outbox: a real HTTP endpoint, relay processes, settings, RabbitMQ."""
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BASE_DIR, database_url
+
+SECRET = "test-webhook-secret"
+
+
+@dataclass
+class Received:
+    message_id: str
+    key: str | None
+    topic: str
+    payload: dict
+    signed: bool  # the signature header matched an HMAC of the body with SECRET
+    idempotency_key: str
+
+
+@dataclass
+class HookServer:
+    """A webhook receiver on 127.0.0.1 in a thread: records every request it answers.
+
+    A payload may steer the answer: {"status": 400}, {"status": 429, "retry_after": "120"},
+    {"delay": 1.0} (seconds before answering). `overlaps` lists message ids or keys that had
+    two requests in flight at once.
+    """
+
+    received: list[Received] = field(default_factory=list)
+    overlaps: list[str] = field(default_factory=list)
+    delay: float = 0.0
+    in_flight: Counter = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the relay expects
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                payload = json.loads(body)
+                expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+                message_id = self.headers["X-Redrive-Message-Id"]
+                key = self.headers.get("X-Redrive-Key")
+                flights = [f"id:{message_id}"] + ([f"key:{key}"] if key else [])
+                with server.lock:
+                    for flight in flights:
+                        server.in_flight[flight] += 1
+                        if server.in_flight[flight] > 1:
+                            server.overlaps.append(flight)
+                    server.received.append(
+                        Received(
+                            message_id=message_id,
+                            key=key,
+                            topic=self.headers["X-Redrive-Topic"],
+                            payload=payload,
+                            signed=hmac.compare_digest(
+                                expected, self.headers.get("X-Redrive-Signature", "")
+                            ),
+                            idempotency_key=self.headers["Idempotency-Key"],
+                        )
+                    )
+                time.sleep(payload.get("delay", server.delay))
+                with server.lock:
+                    for flight in flights:
+                        server.in_flight[flight] -= 1
+                self.send_response(payload.get("status", 200))
+                if "retry_after" in payload:
+                    self.send_header("Retry-After", payload["retry_after"])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+        return self
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks"
+
+    def ids(self) -> list[str]:
+        with self.lock:
+            return [r.message_id for r in self.received]
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def hook_server():
+    server = HookServer().start()
+    yield server
+    server.stop()
+
+
+def outbox_config(hook_url=None, **extra):
+    """An OUTBOX setting routing `hook.*` to the test server and `order.*` to jobs."""
+    config = {
+        "ROUTES": {"order.*": "jobs", "hook.*": "webhook:hooks", "audit.*": "rabbitmq:events"},
+        "DESTINATIONS": {
+            "hooks": {
+                "url": hook_url or "http://127.0.0.1:9/unused",
+                "secret": SECRET,
+                "connect_timeout": 2.0,
+                "read_timeout": 5.0,
+            },
+        },
+        "SUBSCRIBERS": {
+            "order.created": ["tests.tasks.effect", "tests.outbox.tasks.on_order_created"]
+        },
+        "MAX_ATTEMPTS": 3,
+        "BACKOFF_BASE": 1.0,
+        "BACKOFF_CAP": 60.0,
+    }
+    config.update(extra)
+    return config
+
+
+class Relays:
+    """Start real `manage.py runrelay` processes against the test database."""
+
+    def __init__(self, tmp_path, config):
+        from django.db import connection
+
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url(connection),
+            "REDRIVE_OUTBOX": json.dumps(config),
+            "REDRIVE_TEST_SINK": str(tmp_path / "sink.log"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args, command="runrelay", env=None):
+        log = open(self.tmp_path / f"{command}-{len(self.procs)}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", command, *args],
+            cwd=BASE_DIR,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        proc.log_path = log.name
+        self.procs.append(proc)
+        return proc
+
+    def run(self, *args, env=None, timeout=60):
+        proc = self.start(*args, env=env)
+        proc.wait(timeout=timeout)
+        return proc
+
+    def stop_all(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def log_of(proc) -> str:
+    return Path(proc.log_path).read_text()
+
+
+@pytest.fixture
+def relays(tmp_path, transactional_db, hook_server):
+    pool = Relays(tmp_path, outbox_config(hook_server.url))
+    yield pool
+    pool.stop_all()

@@ -1,0 +1,263 @@
+"""The relay in-process against real destinations: jobs in this database, a local webhook."""
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobqueue import outbox, store
+from jobqueue.models import DeadLetter, DeadLetterState, Job, OutboxMessage, OutboxState
+from jobqueue.relay import Relay, run_in_thread
+from tests.conftest import wait_until
+from tests.outbox.conftest import outbox_config
+
+pytestmark = pytest.mark.django_db
+
+
+class Clock:
+    """The relay's clock, a minute ahead of the wall clock that stamps published rows."""
+
+    def __init__(self):
+        self.now = timezone.now() + timedelta(minutes=1)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def relay(settings, hook_server, clock):
+    settings.OUTBOX = outbox_config(hook_server.url)
+    return Relay(relay_id="test-relay", batch_size=50, lease_seconds=30, clock=clock)
+
+
+def state(message_id):
+    return OutboxMessage.objects.get(pk=message_id)
+
+
+def test_rollback_leaves_no_message_and_nothing_is_published(relay, hook_server):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        outbox.publish("hook.sent", {"n": 1})
+        raise RuntimeError("the business write failed")
+    assert not OutboxMessage.objects.exists()
+    assert relay.step() == 0
+    assert hook_server.received == []
+
+
+def test_publish_returns_the_row_id_as_message_id_and_refuses_non_objects():
+    with transaction.atomic():
+        message_id = outbox.publish("hook.sent", {"n": 1}, key="order:1")
+    row = OutboxMessage.objects.get(pk=int(message_id))
+    assert (row.topic, row.key, row.payload, row.state) == (
+        "hook.sent",
+        "order:1",
+        {"n": 1},
+        OutboxState.PENDING,
+    )
+    with pytest.raises(TypeError):
+        outbox.publish("hook.sent", [1, 2])
+    with pytest.raises(TypeError):
+        outbox.publish("hook.sent", {"when": timezone.now()})
+    with pytest.raises(ValueError):
+        outbox.publish("", {"n": 1})
+
+
+def test_jobs_destination_fans_out_once_per_task_even_when_republished(relay):
+    message_id = outbox.publish("order.created", {"key": "order-1"})
+    assert relay.step() == 1
+    assert state(message_id).state == OutboxState.PUBLISHED
+    subscriber = "tests.outbox.tasks.on_order_created"
+    jobs = Job.objects.order_by("-task_path")
+    assert [(j.task_path, j.kwargs, j.idempotency_key) for j in jobs] == [
+        ("tests.tasks.effect", {"key": "order-1"}, f"outbox:{message_id}:tests.tasks.effect"),
+        (subscriber, {"key": "order-1"}, f"outbox:{message_id}:{subscriber}"),
+    ]
+    # Each job takes its task's own budget: effect says max_attempts=3, the other the default.
+    assert [j.max_attempts for j in jobs] == [3, 5]
+
+    # A relay that died after publishing would leave the row unpublished: publish it again.
+    OutboxMessage.objects.filter(pk=message_id).update(state=OutboxState.PENDING)
+    assert relay.step() == 1
+    assert Job.objects.count() == 2
+
+
+def test_a_message_nobody_subscribes_to_is_dead_lettered_at_once(relay):
+    message_id = outbox.publish("order.cancelled", {"order_id": 1})
+    relay.step()
+    assert state(message_id).state == OutboxState.DEAD and not Job.objects.exists()
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.publishers.NoSubscribers" and letter.attempts == 1
+
+
+def test_unknown_route_is_dead_lettered_at_once_while_others_flow(relay, hook_server):
+    lost = outbox.publish("nowhere.at.all", {"n": 1})
+    sent = outbox.publish("hook.sent", {"n": 2})
+    assert relay.step() == 2
+    assert state(lost).state == OutboxState.DEAD
+    assert state(sent).state == OutboxState.PUBLISHED
+    letter = DeadLetter.objects.get()
+    assert letter.task_path == "outbox:nowhere.at.all"
+    assert letter.error_class == "jobqueue.publishers.UnknownRoute"
+    assert hook_server.ids() == [sent]
+
+
+def test_webhook_posts_the_signed_payload_with_the_message_id(relay, hook_server):
+    message_id = outbox.publish("hook.sent", {"order_id": 42}, key="order:42")
+    relay.step()
+    [got] = hook_server.received
+    assert got.signed
+    assert got.payload == {"order_id": 42}
+    assert got.message_id == got.idempotency_key == message_id
+    assert (got.topic, got.key) == ("hook.sent", "order:42")
+    assert state(message_id).state == OutboxState.PUBLISHED
+
+
+def test_poison_message_is_dead_lettered_at_once_while_others_keep_flowing(relay, hook_server):
+    poison = outbox.publish("hook.sent", {"status": 422}, key="k")
+    later_same_key = outbox.publish("hook.sent", {"n": 1}, key="k")
+    others = [outbox.publish("hook.sent", {"n": n}) for n in range(3)]
+    relay.step()
+    relay.step()  # the poison's key is free once it is dead
+    assert state(poison).state == OutboxState.DEAD and state(poison).attempts == 1
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.publishers.Rejected"
+    assert "HTTP 422" in letter.last_error and letter.idempotency_key == poison
+    for message_id in [later_same_key, *others]:
+        assert state(message_id).state == OutboxState.PUBLISHED
+    assert sorted(hook_server.ids()) == sorted([poison, later_same_key, *others])
+
+
+def test_server_errors_retry_with_backoff_then_dead_letter(relay, hook_server, clock):
+    message_id = outbox.publish("hook.sent", {"status": 503})
+    relay.step()
+    row = state(message_id)
+    assert row.state == OutboxState.PENDING and row.attempts == 1
+    # Jobs' policy: the first retry waits within [base/2, base) — base 1 s here.
+    delay = (row.available_at - clock.now).total_seconds()
+    assert 0.5 <= delay < 1.0
+    assert relay.step() == 0  # not due yet
+    clock.advance(1.0)
+    assert relay.step() == 1
+    row = state(message_id)
+    assert 1.0 <= (row.available_at - clock.now).total_seconds() < 2.0
+    clock.advance(2.0)
+    relay.step()  # third attempt of three
+    row = state(message_id)
+    assert row.state == OutboxState.DEAD and row.attempts == 3
+    letter = DeadLetter.objects.get()
+    assert [e["message"] for e in letter.errors] == [
+        "webhook hooks: HTTP 503 Service Unavailable"
+    ] * 3
+    assert len(hook_server.received) == 3
+
+
+def test_rate_limit_waits_the_servers_retry_after(relay, clock):
+    message_id = outbox.publish("hook.sent", {"status": 429, "retry_after": "120"})
+    relay.step()
+    row = state(message_id)
+    assert row.state == OutboxState.PENDING
+    assert row.available_at == clock.now + timedelta(seconds=120)
+    assert row.errors[0]["exception_class_path"] == "jobqueue.errors.RateLimited"
+
+
+def test_read_timeout_and_refused_connection_are_transient(settings, hook_server, clock):
+    config = outbox_config(hook_server.url)
+    config["DESTINATIONS"]["hooks"]["read_timeout"] = 0.2
+    config["DESTINATIONS"]["down"] = {"url": "http://127.0.0.1:9/", "secret": "s"}
+    config["ROUTES"]["down.*"] = "webhook:down"
+    settings.OUTBOX = config
+    relay = Relay(relay_id="test-relay", clock=clock)
+    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(2)]
+    refused = [outbox.publish("down.sent", {"n": n}) for n in range(2)]
+    relay.step()
+    for message_id, error in [(slow[0], "TimeoutError"), (refused[0], "ConnectionRefusedError")]:
+        row = state(message_id)
+        assert row.state == OutboxState.PENDING and row.attempts == 1
+        assert row.errors[0]["exception_class_path"] == "jobqueue.publishers.Unavailable"
+        assert error in row.errors[0]["message"]
+    # An unreachable destination fails the rest of its batch with the same error at once,
+    # instead of waiting out a timeout per message: the second slow one was never sent.
+    for first, second in (slow, refused):
+        assert state(second).errors[0]["message"] == state(first).errors[0]["message"]
+    assert hook_server.ids() == [slow[0]]
+
+
+def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server):
+    message_id = outbox.publish("nowhere.yet", {"n": 1})
+    relay.step()
+    letter = DeadLetter.objects.get()
+    relay_config = outbox_config(hook_server.url)
+    relay_config["ROUTES"]["nowhere.*"] = "webhook:hooks"
+    from django.conf import settings
+
+    settings.OUTBOX = relay_config  # the operator fixed the route
+    store.replay([letter.pk])
+    relay.step()
+    assert hook_server.ids() == [message_id]
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.REPLAYED
+    assert state(message_id).state == OutboxState.PUBLISHED
+
+
+def test_postgres_notify_wakes_an_idle_relay_long_before_its_poll(settings, transactional_db):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite relays poll")
+    settings.OUTBOX = outbox_config()
+    relay = Relay(relay_id="idle-relay", poll_interval=60)
+    thread = run_in_thread(relay)
+    try:
+        wait_until(
+            lambda: relay.listener and relay.listener.listening.is_set(), message="relay listening"
+        )
+        with transaction.atomic():
+            message_id = outbox.publish("order.created", {"key": "woken"})
+        wait_until(
+            lambda: state(message_id).state == OutboxState.PUBLISHED,
+            timeout=10,
+            message="message published without waiting for the 60 s poll",
+        )
+    finally:
+        relay.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_prune_command_deletes_only_published_rows_past_the_retention():
+    old = outbox.publish("order.created", {"key": "old"})
+    recent = outbox.publish("order.created", {"key": "recent"})
+    unpublished = outbox.publish("order.created", {"key": "waiting"})
+    long_ago = timezone.now() - timedelta(days=30)
+    OutboxMessage.objects.filter(pk__in=[old, unpublished]).update(created_at=long_ago)
+    OutboxMessage.objects.filter(pk=old).update(state=OutboxState.PUBLISHED, published_at=long_ago)
+    OutboxMessage.objects.filter(pk=recent).update(
+        state=OutboxState.PUBLISHED, published_at=timezone.now() - timedelta(days=6)
+    )
+    out = StringIO()
+    call_command("prune", "--older-than", "7", stdout=out)
+    assert "pruned 1 published outbox message(s) older than 7 days" in out.getvalue()
+    assert sorted(OutboxMessage.objects.values_list("pk", flat=True)) == [
+        int(recent),
+        int(unpublished),
+    ]
+
+
+def test_a_publisher_bug_is_recorded_on_the_message_and_retried(settings, clock):
+    config = outbox_config()
+    config["DESTINATIONS"]["events"] = {"url": "amqp://127.0.0.1:9/", "routing_key": "{nope}"}
+    settings.OUTBOX = config
+    message_id = outbox.publish("audit.logged", {"n": 1})
+    Relay(relay_id="test-relay", clock=clock).step()
+    row = state(message_id)
+    assert row.state == OutboxState.PENDING and row.attempts == 1
+    assert row.errors[0]["exception_class_path"] == "builtins.KeyError"
+    assert "Traceback" in row.errors[0]["traceback"]
