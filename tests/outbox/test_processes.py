@@ -34,11 +34,20 @@ def test_sigkill_between_publish_and_mark_republishes_with_the_same_id(relays, h
     assert {r.idempotency_key for r in hook_server.received} == {message_id}  # ...one id
 
 
+def both_started(*procs):
+    """Publish only once every relay is up: a SIGTERM during start-up (before the relay has its
+    handler) would just kill it, which is not what these tests are about."""
+    wait_until(
+        lambda: all("event=relay_started" in log_of(p) for p in procs), message="relays started"
+    )
+
+
 def test_two_relays_publish_every_message_once_and_never_at_the_same_time(relays, hook_server):
     hook_server.delay = 0.002  # long enough for the two relays' publishes to interleave
-    ids = [outbox.publish("hook.sent", {"n": n}) for n in range(300)]
     a = relays.start("--poll", "0.05", "--batch", "10", "--id", "relay-a")
     b = relays.start("--poll", "0.05", "--batch", "10", "--id", "relay-b")
+    both_started(a, b)
+    ids = [outbox.publish("hook.sent", {"n": n}) for n in range(300)]
     wait_until(lambda: published(ids) == 300, timeout=90, message="300 messages published")
     for proc in (a, b):
         proc.send_signal(signal.SIGTERM)
@@ -51,13 +60,14 @@ def test_two_relays_publish_every_message_once_and_never_at_the_same_time(relays
 
 def test_per_key_order_holds_under_two_relays(relays, hook_server):
     hook_server.delay = 0.002
+    a = relays.start("--poll", "0.05", "--batch", "5")
+    b = relays.start("--poll", "0.05", "--batch", "5")
+    both_started(a, b)
     by_key = defaultdict(list)
     for n in range(150):
         key = f"order:{n % 10}"
         by_key[key].append(outbox.publish("hook.sent", {"n": n}, key=key))
     ids = [i for key_ids in by_key.values() for i in key_ids]
-    a = relays.start("--poll", "0.05", "--batch", "5")
-    b = relays.start("--poll", "0.05", "--batch", "5")
     wait_until(lambda: published(ids) == 150, timeout=90, message="150 messages published")
     for proc in (a, b):
         proc.send_signal(signal.SIGTERM)
