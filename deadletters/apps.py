@@ -9,6 +9,13 @@ class DeadlettersConfig(AppConfig):
 
     def ready(self):
         post_migrate.connect(_ensure_counters, sender=self)
+        # The health figures count pending dead letters through our trigger-kept counters
+        # (jobqueue, which imports nothing from us, would otherwise count the big table).
+        from jobqueue import health
+
+        from . import counters
+
+        health.count_dead_letters = counters.pending_by_queue_and_task
 
 
 def _ensure_counters(sender, using, plan=None, **kwargs):
@@ -17,7 +24,7 @@ def _ensure_counters(sender, using, plan=None, **kwargs):
 
     connection = connections[using]
     applied = MigrationRecorder(connection).applied_migrations()
-    if ("deadletters", "0003_count_triggers") not in applied:
+    if ("deadletters", "0004_pending_count_queue") not in applied:
         return  # migrated backwards (or not yet); the migration installs them
     from . import counters
 

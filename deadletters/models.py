@@ -179,6 +179,7 @@ class PendingCount(models.Model):
     """
 
     task_path = models.CharField(max_length=255)
+    queue_name = models.CharField(max_length=100, default="default")
     error_class = models.CharField(max_length=255)
     pending = models.BigIntegerField(default=0)
     died_again = models.BigIntegerField(default=0)  # pending items with replays > 0
@@ -186,7 +187,8 @@ class PendingCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["task_path", "error_class"], name="deadletters_pendingcount_uniq"
+                fields=["task_path", "queue_name", "error_class"],
+                name="deadletters_pendingcount_queue_uniq",
             )
         ]
 

@@ -216,9 +216,12 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
         )
     }
     errors = defaultdict(list)
-    for path, error_class, n in PendingCount.objects.filter(
-        task_path__in=list(summaries), pending__gt=0
-    ).values_list("task_path", "error_class", "pending"):
+    for path, error_class, n in (
+        PendingCount.objects.filter(task_path__in=list(summaries), pending__gt=0)
+        .values_list("task_path", "error_class")
+        .annotate(n=Sum("pending"))
+        .order_by()
+    ):
         errors[path].append((error_class or "(none)", n))
     for path, counts in errors.items():
         summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
