@@ -152,3 +152,9 @@ def test_dashboard_shows_the_figures_to_viewers_only(client, fixture_data, djang
     nobody = django_user_model.objects.create_user("nobody", password="pw")
     client.force_login(nobody)
     assert client.get("/").status_code == 403
+
+
+def test_prune_drops_old_counters_and_keeps_the_health_window(fixture_data):
+    call_command("prune", "--counters-older-than", "0.1")  # 2.4 hours
+    minutes = sorted(JobCounter.objects.values_list("minute", flat=True))
+    assert len(minutes) == 2 and minutes[0] >= ago(minutes=31)

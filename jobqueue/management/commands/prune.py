@@ -1,13 +1,18 @@
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
+from jobqueue.models import JobCounter
 from jobqueue.outbox import setting
 from jobqueue.store import outbox as outbox_store
 
 
 class Command(BaseCommand):
-    help = "Delete published outbox messages older than the retention. Unpublished ones stay."
+    help = (
+        "Delete published outbox messages older than the retention (unpublished ones stay) "
+        "and per-minute job counters older than the health window."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -17,6 +22,13 @@ class Command(BaseCommand):
             metavar="DAYS",
             help="Retention in days (default settings.OUTBOX RETENTION_DAYS).",
         )
+        parser.add_argument(
+            "--counters-older-than",
+            type=float,
+            default=7.0,
+            metavar="DAYS",
+            help="Keep per-minute job counters this long (default 7; health reads the last hour).",
+        )
 
     def handle(self, *args, **opts):
         days = opts["older_than"]
@@ -24,5 +36,12 @@ class Command(BaseCommand):
             days = float(setting("RETENTION_DAYS"))
         if days < 0:
             raise CommandError("--older-than must be 0 or more days", returncode=2)
+        if opts["counters_older_than"] < 0:
+            raise CommandError("--counters-older-than must be 0 or more days", returncode=2)
         deleted = outbox_store.prune(older_than=timedelta(days=days))
         self.stdout.write(f"pruned {deleted} published outbox message(s) older than {days:g} days")
+        cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])
+        counters, _ = JobCounter.objects.filter(minute__lt=cutoff).delete()
+        self.stdout.write(
+            f"pruned {counters} job counter row(s) older than {opts['counters_older_than']:g} days"
+        )
