@@ -36,6 +36,7 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
+from jobqueue.listener import Listener, logfmt
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
 from jobqueue.store import outbox as outbox_store
@@ -55,13 +56,6 @@ def fault_point(name: str):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _logfmt(value) -> str:
-    text = str(value)
-    if not text or any(c in text for c in ' "=\n'):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return text
-
-
 def log_event(event: str, message: OutboxMessage, level=logging.INFO, **fields):
     """One logfmt line per message event: event=… message_id=… topic=… key=… attempt=…"""
     if not logger.isEnabledFor(level):
@@ -74,7 +68,7 @@ def log_event(event: str, message: OutboxMessage, level=logging.INFO, **fields):
         "attempt": message.attempts,
         **fields,
     }
-    logger.log(level, " ".join(f"{k}={_logfmt(v)}" for k, v in parts.items()))
+    logger.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in parts.items()))
 
 
 class AttemptsExhausted(Exception):
@@ -187,7 +181,12 @@ class Relay:
     def _start_listener(self):
         if connections[self.using].vendor != "postgresql":
             return None
-        listener = Listener(connections[self.using].get_connection_params(), self.wake)
+        listener = Listener(
+            connections[self.using].get_connection_params(),
+            outbox_store.NOTIFY_CHANNEL,
+            self.wake,
+            name="relay-listener",
+        )
         listener.start()
         return listener
 
@@ -198,7 +197,7 @@ class Relay:
         logger.warning(
             "event=database_error relay=%s error=%s retry_in=%.1fs",
             self.relay_id,
-            _logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
+            logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
             self._db_backoff,
         )
         connections[self.using].close()
@@ -396,7 +395,7 @@ class Relay:
         try:
             released = outbox_store.release(messages, now=self.clock(), using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=release_failed count=%d error=%s", len(messages), _logfmt(exc))
+            logger.warning("event=release_failed count=%d error=%s", len(messages), logfmt(exc))
             return
         self.stats.released += released
         logger.info("event=leases_released relay=%s count=%d", self.relay_id, released)
@@ -404,39 +403,6 @@ class Relay:
     def _lease_lost(self, message, during: str):
         self.stats.leases_lost += 1
         log_event("lease_lost", message, logging.WARNING, during=during, relay=self.relay_id)
-
-
-class Listener(threading.Thread):
-    """LISTEN on a dedicated autocommit connection; polling covers any gap while it reconnects."""
-
-    def __init__(self, params, wake: threading.Event):
-        super().__init__(name="relay-listener", daemon=True)
-        self.params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
-        self.wake = wake
-        self._stop_event = threading.Event()
-        self.listening = threading.Event()
-
-    def stop(self):
-        self._stop_event.set()
-
-    def run(self):
-        import psycopg
-
-        backoff = 0.1
-        while not self._stop_event.is_set():
-            try:
-                with psycopg.connect(**self.params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {outbox_store.NOTIFY_CHANNEL}")
-                    self.listening.set()
-                    backoff = 0.1
-                    while not self._stop_event.is_set():
-                        for _ in conn.notifies(timeout=0.25):
-                            self.wake.set()
-            except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
-                self.listening.clear()
-                logger.debug("event=listener_error error=%s", _logfmt(exc))
-                self._stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
 
 
 def run_in_thread(relay: Relay) -> threading.Thread:

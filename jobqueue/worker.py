@@ -45,7 +45,9 @@ from jobqueue.backend import DatabaseBackend, load_task
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
+from jobqueue.listener import Listener, logfmt
 from jobqueue.models import Job, JobState
+from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
 logger = logging.getLogger("jobqueue.worker")
 MAX_PREFETCH = 100
@@ -78,14 +80,7 @@ def log_event(event: str, job: Job, level=logging.INFO, **fields):
         "attempt": job.attempts,
         **fields,
     }
-    logger.log(level, " ".join(f"{k}={_logfmt(v)}" for k, v in parts.items()))
-
-
-def _logfmt(value) -> str:
-    text = str(value)
-    if not text or any(c in text for c in ' "=\n'):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return text
+    logger.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in parts.items()))
 
 
 @dataclass
@@ -354,7 +349,7 @@ class Worker:
             self._record_if_due(force=True)
             store.forget_worker(self.worker_id, using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=record_failed worker=%s error=%s", self.worker_id, _logfmt(exc))
+            logger.warning("event=record_failed worker=%s error=%s", self.worker_id, logfmt(exc))
 
     def _unstarted(self) -> list[Job]:
         jobs = []
@@ -374,7 +369,7 @@ class Worker:
         try:
             released = store.release(jobs, now=self.clock(), using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=release_failed count=%d error=%s", len(jobs), _logfmt(exc))
+            logger.warning("event=release_failed count=%d error=%s", len(jobs), logfmt(exc))
             released = 0
         for job in jobs:
             self.held.pop(job.pk, None)
@@ -388,7 +383,7 @@ class Worker:
         logger.warning(
             "event=database_error worker=%s error=%s retry_in=%.1fs",
             self.worker_id,
-            _logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
+            logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
             self._db_backoff,
         )
         connections[self.using].close()
@@ -654,7 +649,12 @@ class Worker:
     def _start_listener(self):
         if connections[self.using].vendor != "postgresql":
             return None
-        listener = Listener(connections[self.using].get_connection_params(), self.queues, self.wake)
+        listener = Listener(
+            connections[self.using].get_connection_params(),
+            NOTIFY_CHANNEL,
+            self.wake,
+            payloads=self.queues,
+        )
         listener.start()
         return listener
 
@@ -696,40 +696,3 @@ class TaskCache:
             return self.resolve(path)[0]
         except UnknownTask:
             return None
-
-
-class Listener(threading.Thread):
-    """LISTEN on a dedicated autocommit connection; polling covers any gap while it reconnects."""
-
-    def __init__(self, params, queues, wake):
-        super().__init__(name="listener", daemon=True)
-        self.params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
-        self.queues = set(queues) if queues else None
-        self.wake = wake
-        self._stop_event = threading.Event()
-        self.listening = threading.Event()
-
-    def stop(self):
-        self._stop_event.set()
-
-    def run(self):
-        import psycopg
-
-        from jobqueue.store.postgresql import NOTIFY_CHANNEL
-
-        backoff = 0.1
-        while not self._stop_event.is_set():
-            try:
-                with psycopg.connect(**self.params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self.listening.set()
-                    backoff = 0.1
-                    while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=0.25):
-                            if self.queues is None or note.payload in self.queues:
-                                self.wake.set()
-            except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
-                self.listening.clear()
-                logger.debug("event=listener_error error=%s", _logfmt(exc))
-                self._stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)

@@ -1,0 +1,52 @@
+"""Shared pieces of the long-running loops (worker and relay): the LISTEN thread and logfmt."""
+
+import logging
+import threading
+
+logger = logging.getLogger("jobqueue")
+
+
+def logfmt(value) -> str:
+    """A value for a key=value log line, quoted when it holds spaces, quotes, = or newlines."""
+    text = str(value)
+    if not text or any(c in text for c in ' "=\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+class Listener(threading.Thread):
+    """LISTEN on a dedicated autocommit connection and set `wake` on each notification (only
+    those whose payload is in `payloads`, if given); polling covers any gap while it reconnects.
+    """
+
+    def __init__(self, params, channel: str, wake: threading.Event, payloads=None, name="listener"):
+        super().__init__(name=name, daemon=True)
+        self.params = {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
+        self.channel = channel
+        self.payloads = set(payloads) if payloads else None
+        self.wake = wake
+        self._stop_event = threading.Event()
+        self.listening = threading.Event()
+
+    def stop(self):
+        self._stop_event.set()
+
+    def run(self):
+        import psycopg
+
+        backoff = 0.1
+        while not self._stop_event.is_set():
+            try:
+                with psycopg.connect(**self.params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {self.channel}")
+                    self.listening.set()
+                    backoff = 0.1
+                    while not self._stop_event.is_set():
+                        for note in conn.notifies(timeout=0.25):
+                            if self.payloads is None or note.payload in self.payloads:
+                                self.wake.set()
+            except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
+                self.listening.clear()
+                logger.debug("event=listener_error error=%s", logfmt(exc))
+                self._stop_event.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
