@@ -157,8 +157,6 @@ class Worker:
         self.stopping = False
         self.signals = 0
         self.stats = Stats()
-        self.busy = 0  # handler threads inside a task, including ones given up on by timeout
-        self.busy_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
@@ -243,13 +241,15 @@ class Worker:
         connection_created.disconnect(self._configure_connection)
         logger.info(
             "event=worker_stopped worker=%s claimed=%d succeeded=%d retried=%d dead=%d "
-            "leases_lost=%d",
+            "leases_lost=%d timeouts=%d database_errors=%d",
             self.worker_id,
             self.stats.claimed,
             self.stats.succeeded,
             self.stats.retried,
             self.stats.dead,
             self.stats.leases_lost,
+            self.stats.timeouts,
+            self.stats.db_errors,
         )
         return 0
 
@@ -405,13 +405,9 @@ class Worker:
                     self.returned.put(job)  # not started: _drain hands its lease back
                     continue
                 held.started = time.monotonic()
-                with self.busy_lock:
-                    self.busy += 1
                 try:
                     self.finished.put(self._execute(job))
                 finally:
-                    with self.busy_lock:
-                        self.busy -= 1
                     self.wake.set()
         finally:
             # This thread's Django connection dies with it rather than lingering server-side.
