@@ -9,6 +9,9 @@ class DeadlettersConfig(AppConfig):
 
     def ready(self):
         post_migrate.connect(_ensure_counters, sender=self)
+        from .sources import django_q2
+
+        django_q2.connect()
 
 
 def _ensure_counters(sender, using, plan=None, **kwargs):

@@ -364,4 +364,21 @@ def run_items(run: ReplayRun, *, after: int | None = None, size: int = 100):
     if after:
         items = items.filter(pk__gt=after)
     rows = list(items[: size + 1])
+    _preload_letter_states(rows[:size])
     return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
+
+
+def _preload_letter_states(items):
+    """One read for the letters of external (django-q2) replays, whose outcome they carry."""
+    ids = {item.dead_letter_id for item in items if item.external_id}
+    if not ids:
+        return
+    states = {
+        pk: (state, ref)
+        for pk, state, ref in DeadLetter.objects.filter(pk__in=ids).values_list(
+            "pk", "state", "replay_ref"
+        )
+    }
+    for item in items:
+        if item.external_id and item.dead_letter_id in states:
+            item.letter_state = states[item.dead_letter_id]
