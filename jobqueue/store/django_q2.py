@@ -220,10 +220,11 @@ def requeue(letters, *, now: datetime) -> dict[int, tuple[str | None, str | None
             continue
         # Always through the broker, never inline (sync), so the replay cannot run inside
         # the console's transaction; the original hook and group come along.
+        options = {"sync": False, "hook": row.hook, "group": row.group}
         task_id = async_task(
             row.func,
             *(row.args or ()),
-            q_options={"sync": False, "hook": row.hook, "group": row.group},
+            q_options={k: v for k, v in options.items() if v is not None},
             **kwargs,
         )
         DeadLetter.objects.filter(pk=letter.pk).update(replay_ref=task_id)
