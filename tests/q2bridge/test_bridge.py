@@ -1,11 +1,14 @@
 """The bridge without a cluster: results go through django-q2's own monitor (save + signal),
 built the way its worker builds them."""
 
+import io
+import json
 import traceback
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.humanhash import uuid
@@ -15,7 +18,7 @@ from django_q.queues import Queue
 from django_q.signing import SignedPackage
 
 from deadletters import services
-from deadletters.models import ReplayItem
+from deadletters.models import ReplayItem, ReplayRun
 from jobqueue.models import DeadLetter, DeadLetterState
 from jobqueue.store import django_q2 as q2_store
 from tests.deadletters.conftest import user_with_role
@@ -152,7 +155,7 @@ def test_parse_result_keeps_a_multiline_message_and_a_builtin_class():
     )
 
 
-def dead_letter(bridge_on_=None, **extra):
+def dead_letter(**extra):
     task = package(ack_failure=True, **extra)
     save(result(task))
     return DeadLetter.objects.get(idempotency_key=task["id"])
@@ -235,3 +238,21 @@ def test_replay_refuses_keywords_that_async_task_would_take_for_itself(bridge_on
     run = replay([letter], operator)
     assert "timeout" in ReplayItem.objects.get(run=run).skip_reason
     assert not OrmQ.objects.exists()
+
+
+def test_cli_replays_through_the_same_service_and_shows_the_django_q2_task(bridge_on):
+    operator = user_with_role("operator")
+    letter = dead_letter()
+    call_command(
+        "deadletters", "replay", str(letter.pk), "--reason", "ledger back",
+        "--operator", operator.username, stdout=io.StringIO(),
+    )  # fmt: skip
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.REPLAYING
+    assert ReplayRun.objects.get().operator_name == operator.username
+    out = io.StringIO()
+    call_command("deadletters", "show", str(letter.pk), "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert shown["source"] == "django_q2"
+    assert shown["history"][0]["django_q2_task"] == letter.replay_ref
+    assert shown["history"][0]["replay_outcome"] == "pending"
