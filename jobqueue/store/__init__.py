@@ -484,7 +484,7 @@ def replay(
                 continue
             outcome.done[letter.pk] = None
             outbox_done.append(letter)
-        for pk, (task_id, reason) in q2_store.requeue(q2_todo, now=now).items():
+        for pk, (task_id, reason) in q2_store.requeue(q2_todo, now=now, using=using).items():
             if reason is not None:
                 outcome.skipped[pk] = reason
                 continue

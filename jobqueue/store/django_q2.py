@@ -33,6 +33,7 @@ from jobqueue.models import DeadLetter, DeadLetterState
 SOURCE = "django_q2"
 UNCONVERTED = "$not_json"  # marks a value shown as a summary
 SKIP_GONE = "django-q2's Failure row is gone (pruned or resubmitted in its admin)"
+SKIP_BROKER = "replay needs django-q2's ORM broker on the console's database (Q_CLUSTER['orm'])"
 SKIP_OPTION_NAMES = "its keyword arguments use django-q2 option names: {names}"
 # Keywords async_task takes for itself (django_q.tasks.async_task's opt_keys).
 OPTION_NAMES = frozenset(
@@ -196,17 +197,26 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
 # --- replay -------------------------------------------------------------------------------
 
 
-def requeue(letters, *, now: datetime) -> dict[int, tuple[str | None, str | None]]:
+def requeue(
+    letters, *, now: datetime, using: str = "default"
+) -> dict[int, tuple[str | None, str | None]]:
     """Enqueue each letter's task again from its kept Failure row (called by store.replay in
     its transaction; with the ORM broker the new queue row commits with it).
 
     Returns, per letter id, (new django-q2 task id, None) or (None, reason skipped). The caller
     marks the replayed letters 'replaying'; `replay_ref` is set here.
     """
+    from django_q.conf import Conf
     from django_q.models import Failure
     from django_q.tasks import async_task
 
-    rows = Failure.objects.in_bulk([letter.idempotency_key for letter in letters])
+    if not letters:
+        return {}
+    if using != Conf.ORM or Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict):
+        # Another broker would hand the task to the cluster before this transaction commits:
+        # its result could arrive before `replay_ref` is visible and the outcome be lost.
+        return {letter.pk: (None, SKIP_BROKER) for letter in letters}
+    rows = Failure.objects.using(using).in_bulk([letter.idempotency_key for letter in letters])
     results: dict[int, tuple[str | None, str | None]] = {}
     for letter in letters:
         row = rows.get(letter.idempotency_key)
@@ -227,7 +237,7 @@ def requeue(letters, *, now: datetime) -> dict[int, tuple[str | None, str | None
             q_options={k: v for k, v in options.items() if v is not None},
             **kwargs,
         )
-        DeadLetter.objects.filter(pk=letter.pk).update(replay_ref=task_id)
+        DeadLetter.objects.using(using).filter(pk=letter.pk).update(replay_ref=task_id)
         letter.replay_ref = task_id
         results[letter.pk] = (task_id, None)
     return results

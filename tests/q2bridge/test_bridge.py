@@ -256,3 +256,15 @@ def test_cli_replays_through_the_same_service_and_shows_the_django_q2_task(bridg
     assert shown["source"] == "django_q2"
     assert shown["history"][0]["django_q2_task"] == letter.replay_ref
     assert shown["history"][0]["replay_outcome"] == "pending"
+
+
+def test_replay_is_refused_without_the_orm_broker(bridge_on, monkeypatch):
+    from django_q.conf import Conf
+
+    operator = user_with_role("operator")
+    letter = dead_letter()
+    monkeypatch.setattr(Conf, "ORM", None)  # e.g. Redis: enqueued before our commit
+    run = replay([letter], operator)
+    assert ReplayItem.objects.get(run=run).skip_reason == q2_store.SKIP_BROKER
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.PENDING
