@@ -53,6 +53,8 @@ def test_detail_marks_arguments_shown_as_summaries(client):
     html = client.get(f"/deadletters/{letter.pk}/").content.decode()
     assert "shown as <code>$not_json</code> summaries" in html
     assert "decimal.Decimal" in html
+    failure = f"/admin/django_q/failure/{letter.idempotency_key}/change/"
+    assert f'<a class="q2-failure" href="{failure}">' in html
     plain = q2_letter(idempotency_key="1" * 32, args=[7])
     html = client.get(f"/deadletters/{plain.pk}/").content.decode()
     assert "$not_json" not in html
