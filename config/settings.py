@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "django_q",
     "jobqueue",
     "deadletters",
     "demo",
@@ -148,3 +149,28 @@ DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")
 # REDRIVE_OUTBOX carries the same dict as JSON, so a deployment (or a test's relay processes) sets
 # routes and secrets without code.
 OUTBOX = json.loads(os.environ.get("REDRIVE_OUTBOX") or "{}")
+
+# Sources whose terminal failures the console shows: "jobqueue" (ours, outbox included) and
+# "django_q2" (the bridge: deadletters/sources/django_q2.py). REDRIVE_SOURCES is a comma list.
+DEADLETTERS_SOURCES = [
+    name.strip()
+    for name in os.environ.get("REDRIVE_SOURCES", "jobqueue").split(",")
+    if name.strip()
+]
+
+# django-q2 on the ORM broker (same database, so a replay's enqueue commits with its audit rows).
+# A failed task is retried when its broker lock expires (`retry` seconds) until `max_attempts`;
+# the bridge dead-letters it then. Timeout below retry, as django-q2 requires.
+Q_CLUSTER = {
+    "name": "redrive",
+    "orm": "default",
+    "workers": int(os.environ.get("REDRIVE_Q_WORKERS", 2)),
+    "max_attempts": int(os.environ.get("REDRIVE_Q_MAX_ATTEMPTS", 3)),
+    "retry": int(os.environ.get("REDRIVE_Q_RETRY", 60)),
+    "timeout": int(os.environ.get("REDRIVE_Q_TIMEOUT", 30)),
+    "poll": float(os.environ.get("REDRIVE_Q_POLL", 0.2)),
+    "save_limit": int(os.environ.get("REDRIVE_Q_SAVE_LIMIT", 250)),
+    "catch_up": False,
+    "scheduler": False,
+    "label": "django-q2",
+}

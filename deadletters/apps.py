@@ -14,8 +14,10 @@ class DeadlettersConfig(AppConfig):
         from jobqueue import health
 
         from . import counters
+        from .sources import django_q2
 
         health.count_dead_letters = counters.pending_by_queue_and_task
+        django_q2.connect()
 
 
 def _ensure_counters(sender, using, plan=None, **kwargs):

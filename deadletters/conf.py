@@ -20,6 +20,8 @@ DEFAULTS = {
     # An active run with no batch for this long is offered a "restart runner" button (its
     # worker died and the queue gave up retrying, or no worker serves the queue).
     "STALL_SECONDS": 300,
+    # Where dead letters come from: "jobqueue" (ours) and, with the bridge on, "django_q2".
+    "SOURCES": ("jobqueue",),
 }
 
 

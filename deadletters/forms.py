@@ -17,6 +17,15 @@ class FilterForm(forms.Form):
     job_type = forms.CharField(required=False, max_length=255)
     queue = forms.CharField(required=False, max_length=100)
     error_class = forms.CharField(required=False, max_length=255)
+    source = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Any source"),
+            ("jobqueue", "jobqueue"),
+            ("outbox", "outbox"),
+            ("django_q2", "django-q2"),
+        ],
+    )
     q = forms.CharField(required=False, max_length=200, label="Text in last error")
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
@@ -31,6 +40,7 @@ class FilterForm(forms.Form):
             job_type=data.get("job_type", ""),
             queue=data.get("queue", ""),
             error_class=data.get("error_class", ""),
+            source=data.get("source", ""),
             q=data.get("q", ""),
             since=_day_start(data.get("since")),
             until=_day_start(data.get("until"), plus_days=1),

@@ -141,6 +141,8 @@ class ReplayItem(models.Model):
         related_name="+",
     )
     skip_reason = models.CharField(max_length=255, blank=True, default="")
+    # A replay that made no job of ours: the django-q2 task id it enqueued.
+    external_id = models.CharField(max_length=64, blank=True, default="")
     batch = models.PositiveIntegerField()
     at = models.DateTimeField()
 
@@ -157,6 +159,8 @@ class ReplayItem(models.Model):
     @property
     def job_outcome(self):
         """What became of the replay: pending, succeeded or dead again (None if not replayed)."""
+        if self.external_id:
+            return self.external_outcome
         if self.job_id is None:
             return None
         try:
@@ -165,7 +169,32 @@ class ReplayItem(models.Model):
             return "job pruned"
         return JOB_OUTCOMES[job.state]
 
+    @property
+    def external_outcome(self):
+        """A django-q2 replay's outcome, read from its dead letter: the letter follows its latest
+        replay (replaying → replayed, or pending again), and a later replay means this one died.
+        `letter_state` may be preloaded as (state, replay_ref) by the selector."""
+        state_ref = getattr(self, "letter_state", None)
+        if state_ref is None:
+            state_ref = (
+                DeadLetter.objects.filter(pk=self.dead_letter_id)
+                .values_list("state", "replay_ref")
+                .first()
+            )
+        if state_ref is None:
+            return "dead letter gone"
+        state, ref = state_ref
+        if ref != self.external_id:
+            return "failed again"
+        return EXTERNAL_OUTCOMES[state]
 
+
+EXTERNAL_OUTCOMES = {
+    "replaying": "pending",
+    "replayed": "succeeded",
+    "pending": "failed again",
+    "discarded": "failed again",
+}
 JOB_OUTCOMES = {"ready": "pending", "running": "pending", "done": "succeeded", "dead": "dead again"}
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job
+from jobqueue.store import django_q2 as q2_store
 
 from . import conf
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
@@ -31,6 +32,7 @@ class ListFilter:
     job_type: str = ""
     queue: str = ""
     error_class: str = ""
+    source: str = ""
     q: str = ""
     since: datetime | None = None
     until: datetime | None = None  # exclusive
@@ -54,6 +56,8 @@ def filtered(f: ListFilter):
         qs = qs.filter(queue_name=f.queue)
     if f.error_class:
         qs = qs.filter(error_class=f.error_class)
+    if f.source:
+        qs = qs.filter(source=f.source)
     if f.q:
         qs = qs.filter(last_error__icontains=f.q)
     if f.since:
@@ -105,6 +109,7 @@ def page(f: ListFilter, *, after=None, before=None, size=None) -> Page:
     reverse = [o.lstrip("-") if o.startswith("-") else f"-{o}" for o in order]
     qs = filtered(f).only(
         "id",
+        "source",
         "task_path",
         "queue_name",
         "last_error",
@@ -175,6 +180,7 @@ def filter_choices():
 @dataclass
 class TypeSummary:
     task_path: str
+    source: str
     count: int
     oldest: datetime
     newest: datetime
@@ -211,6 +217,7 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
         .annotate(
             count=Sum("pending"),
             died_again=Sum("died_again"),
+            source=Subquery(pending.values("source")[:1]),
             oldest=Subquery(pending.order_by("dead_lettered_at").values("dead_lettered_at")[:1]),
             newest=Subquery(pending.order_by("-dead_lettered_at").values("dead_lettered_at")[:1]),
         )
@@ -258,11 +265,18 @@ class Detail:
     original_job: Job | None
     replay_jobs: list[Job]
     history: list[ReplayItem]
+    payload_summarised: bool = False  # django-q2 arguments shown as `$not_json` summaries
 
 
 def detail(pk: int) -> Detail:
     letter = DeadLetter.objects.get(pk=pk)
     payload = redact({"args": letter.args, "kwargs": letter.kwargs})
+    history = list(
+        ReplayItem.objects.filter(dead_letter_id=letter.pk)
+        .select_related("run", "job")
+        .order_by("-id")
+    )
+    _preload_letter_states(history)
     return Detail(
         letter=letter,
         payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),
@@ -270,11 +284,8 @@ def detail(pk: int) -> Detail:
         if letter.original_job_id
         else None,
         replay_jobs=list(letter.replay_jobs.order_by("id")),
-        history=list(
-            ReplayItem.objects.filter(dead_letter_id=letter.pk)
-            .select_related("run", "job")
-            .order_by("-id")
-        ),
+        payload_summarised=letter.source == "django_q2" and q2_store.has_summary(payload),
+        history=history,
     )
 
 
@@ -367,4 +378,21 @@ def run_items(run: ReplayRun, *, after: int | None = None, size: int = 100):
     if after:
         items = items.filter(pk__gt=after)
     rows = list(items[: size + 1])
+    _preload_letter_states(rows[:size])
     return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
+
+
+def _preload_letter_states(items):
+    """One read for the letters of external (django-q2) replays, whose outcome they carry."""
+    ids = {item.dead_letter_id for item in items if item.external_id}
+    if not ids:
+        return
+    states = {
+        pk: (state, ref)
+        for pk, state, ref in DeadLetter.objects.filter(pk__in=ids).values_list(
+            "pk", "state", "replay_ref"
+        )
+    }
+    for item in items:
+        if item.external_id and item.dead_letter_id in states:
+            item.letter_state = states[item.dead_letter_id]

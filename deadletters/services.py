@@ -130,10 +130,10 @@ def process_batch(run_id: int, *, generation: int | None = None, now=None) -> Ba
         ids = run.selection.dead_letter_ids[run.processed : run.processed + run.batch_size]
         batch_no = run.batches + 1
         if run.action == Action.REPLAY:
-            done, skipped = _replay(ids, allow_poisoned=run.allow_poisoned, now=now)
+            done, skipped, refs = _replay(ids, allow_poisoned=run.allow_poisoned, now=now)
         else:
             outcome = store.discard(ids, now=now)
-            done, skipped = outcome.done, outcome.skipped
+            done, skipped, refs = outcome.done, outcome.skipped, {}
         paths = dict(DeadLetter.objects.filter(pk__in=ids).values_list("pk", "task_path"))
         ReplayItem.objects.bulk_create(
             [
@@ -149,6 +149,7 @@ def process_batch(run_id: int, *, generation: int | None = None, now=None) -> Ba
                         else Outcome.DISCARDED
                     ),
                     job_id=done[pk].pk if done.get(pk) is not None else None,
+                    external_id=refs.get(pk, ""),
                     skip_reason=skipped.get(pk, "")[:255],
                     batch=batch_no,
                     at=now,
@@ -183,7 +184,7 @@ def _replay(ids, *, allow_poisoned: bool, now):
             .values_list("pk", flat=True)
         }
     outcome = store.replay([pk for pk in ids if pk not in poisoned], now=now)
-    return outcome.done, {**poisoned, **outcome.skipped}
+    return outcome.done, {**poisoned, **outcome.skipped}, outcome.refs
 
 
 def carry_out(run_id: int, generation: int | None = None, *, sleep=time.sleep, clock=None):

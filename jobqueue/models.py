@@ -143,9 +143,25 @@ class DeadLetter(models.Model):
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     discarded_at = models.DateTimeField(null=True, blank=True)
+    # Source "django_q2": the django-q2 task id of the latest replay (its result, saved by the
+    # cluster, settles the letter). The original task's id is in `idempotency_key`.
+    replay_ref = models.CharField(max_length=32, null=True, blank=True)
 
     class Meta:
+        constraints = [
+            # One dead letter per django-q2 task: django-q2 may save a failure more than once.
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(source="django_q2"),
+                name="jobqueue_dl_django_q2_task_uniq",
+            ),
+        ]
         indexes = [
+            models.Index(
+                fields=["replay_ref"],
+                name="jobqueue_dl_replay_ref_idx",
+                condition=Q(replay_ref__isnull=False),
+            ),
             models.Index(
                 fields=["task_path", "dead_lettered_at"],
                 name="jobqueue_dl_pending_idx",

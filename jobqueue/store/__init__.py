@@ -381,6 +381,8 @@ class Outcome:
 
     done: dict[int, Job | None] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
+    # Replays that made no job of ours: the external task id (django-q2's) per letter id.
+    refs: dict[int, str] = field(default_factory=dict)
 
 
 def replay(
@@ -394,8 +396,15 @@ def replay(
 
     Outbox dead letters (source "outbox") make no job: their message row becomes unpublished
     again, same message id (store/outbox.py republish); done maps them to None.
+
+    django-q2 dead letters (source "django_q2") make no job either: their task is enqueued to
+    django-q2 again from its kept Failure row (store/django_q2.py requeue); done maps them to
+    None and refs to the new django-q2 task id.
     """
+    from jobqueue.store import django_q2 as q2_store
     from jobqueue.store import outbox as outbox_store
+
+    own_sources = (outbox_store.SOURCE, q2_store.SOURCE)
 
     now = now or timezone.now()
     ids = list(dict.fromkeys(dead_letter_ids))
@@ -411,7 +420,7 @@ def replay(
         keys = {
             dl.idempotency_key
             for dl in letters.values()
-            if dl.idempotency_key and dl.source != outbox_store.SOURCE
+            if dl.idempotency_key and dl.source not in own_sources
         }
         held = (
             set(
@@ -425,6 +434,7 @@ def replay(
         )
         todo = []
         outbox_todo = []
+        q2_todo = []
         for pk in ids:
             letter = letters.get(pk)
             if letter is None:
@@ -433,6 +443,8 @@ def replay(
                 outcome.skipped[pk] = SKIP_REASONS[letter.state]
             elif letter.source == outbox_store.SOURCE:
                 outbox_todo.append(letter)
+            elif letter.source == q2_store.SOURCE:
+                q2_todo.append(letter)
             elif letter.idempotency_key and letter.idempotency_key in held:
                 outcome.skipped[pk] = SKIP_KEY_HELD
             else:
@@ -472,6 +484,13 @@ def replay(
                 continue
             outcome.done[letter.pk] = None
             outbox_done.append(letter)
+        for pk, (task_id, reason) in q2_store.requeue(q2_todo, now=now, using=using).items():
+            if reason is not None:
+                outcome.skipped[pk] = reason
+                continue
+            outcome.done[pk] = None
+            outcome.refs[pk] = task_id
+            outbox_done.append(letters[pk])
         _dialect(using).mark_replaying(
             connections[using],
             [(letter.pk, letter.replay_job.pk) for letter in todo]

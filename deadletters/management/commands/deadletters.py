@@ -12,6 +12,7 @@ from jobqueue.models import DeadLetter, DeadLetterState
 
 LIST_FIELDS = [
     "id",
+    "source",
     "task_path",
     "queue_name",
     "state",
@@ -106,6 +107,8 @@ class Command(BaseCommand):
                     "reason": item.run.reason,
                     "skip_reason": item.skip_reason,
                     "job": item.job_id,
+                    "django_q2_task": item.external_id or None,
+                    "replay_outcome": item.job_outcome,
                     "at": item.at,
                 }
                 for item in d.history

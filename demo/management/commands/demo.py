@@ -1,6 +1,7 @@
 """`manage.py demo`: the Field Notes scenario with real workers, the console and an outage."""
 
 import io
+import os
 import secrets
 import signal
 import socketserver
@@ -18,6 +19,7 @@ from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
+from deadletters.sources import django_q2 as q2_bridge
 from demo import services
 from demo.models import Payment
 
@@ -71,6 +73,8 @@ class Command(BaseCommand):
         workers: list[subprocess.Popen] = []
         try:
             self.start_workers(workers, opts["workers"], log_path)
+            if q2_bridge.enabled():
+                self.start_qcluster(workers, log_path)
             self.announce(opts, passwords, seeded, workers, log_path)
             server.serve_forever()
         except KeyboardInterrupt:
@@ -94,12 +98,16 @@ class Command(BaseCommand):
                 f"  outage:    receipt service down until {outage.until:%H:%M:%S} UTC; "
                 "receipts exhaust their attempts and become dead letters"
             )
+            if q2_bridge.enabled():
+                lines.append(self.ledger_outage(opts["outage"]))
             timer = threading.Timer(opts["outage"], self.outage_over)
             timer.daemon = True
             timer.start()
         connections.close_all()
         lines += [
-            f"  workers:   {len(workers)} x runworker (log: {log_path})",
+            f"  workers:   {len(workers)} x runworker"
+            f"{' + qcluster (django-q2 bridge on)' if q2_bridge.enabled() else ''}"
+            f" (log: {log_path})",
             "Ctrl-C stops the server and drains the workers.",
         ]
         self.stdout.write("\n".join(lines))
@@ -160,6 +168,36 @@ class Command(BaseCommand):
                     start_new_session=True,
                 )
             )
+
+    def start_qcluster(self, workers, log_path):
+        """django-q2's cluster beside our workers, stopped with them (SIGTERM, then kill).
+
+        Its retry is shortened for the demo unless REDRIVE_Q_RETRY is set: a failed django-q2
+        task is redelivered when its broker lock expires."""
+        env = {"REDRIVE_Q_RETRY": "5", "REDRIVE_Q_TIMEOUT": "4", **os.environ}
+        log = open(log_path, "a")  # noqa: SIM115 - shared with the workers until they exit
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "qcluster"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
+
+    def ledger_outage(self, seconds, count=3):
+        """The django-q2 side of the outage: ledger syncs that exhaust their attempts."""
+        from django_q.tasks import async_task
+
+        services.start_outage("ledger", seconds)
+        payments = list(Payment.objects.order_by("-pk").values_list("pk", flat=True)[:count])
+        for pk in payments:
+            async_task("demo.q2tasks.sync_ledger", pk)
+        return (
+            f"  django-q2: {len(payments)} ledger syncs (demo.q2tasks.sync_ledger) fail during "
+            "the outage and become dead letters of source django_q2"
+        )
 
     def stop_workers(self, workers):
         self.stdout.write("Stopping: draining workers...")

@@ -1,0 +1,13 @@
+import pytest
+from django_q.signals import post_execute
+
+from deadletters.sources import django_q2 as bridge
+
+
+@pytest.fixture
+def bridge_on(settings):
+    """The bridge on in this process: the setting, and the receiver connected."""
+    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    assert bridge.connect()
+    yield
+    post_execute.disconnect(dispatch_uid=bridge.DISPATCH_UID)
