@@ -269,6 +269,7 @@ class Worker:
                 self.wake.clear()
 
     def _step(self) -> bool:
+        self._revive_handlers()
         progressed = self._settle()
         self._record_if_due()
         self._heartbeat_if_due()
@@ -308,6 +309,18 @@ class Worker:
                 self.inbox.put(job)
             progressed = progressed or bool(jobs)
         return progressed
+
+    def _revive_handlers(self):
+        """A handler thread that died (a bug, not a job failure: those are caught) would leave
+        its jobs leased and renewed forever; replace it and say so loudly."""
+        for n, thread in enumerate(self._threads):
+            if not thread.is_alive() and not self.stopping:
+                logger.error("event=handler_died worker=%s thread=%s", self.worker_id, thread.name)
+                replacement = threading.Thread(
+                    target=self._handler_loop, name=f"handler-{n}", daemon=True
+                )
+                replacement.start()
+                self._threads[n] = replacement
 
     def _prefetch_window(self) -> int:
         if self.prefetch is not None:
@@ -439,7 +452,10 @@ class Worker:
             return Finished(job.pk, time.monotonic() - started, value=value)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
-                close_old_connections()
+                try:
+                    close_old_connections()
+                except Exception:  # noqa: BLE001 - a broken connection may fail to close too
+                    logger.warning("event=handler_connection_reset_failed job_id=%s", job.pk)
             return Finished(
                 job.pk,
                 time.monotonic() - started,
