@@ -45,7 +45,7 @@ from jobqueue.backend import DatabaseBackend, load_task
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
-from jobqueue.listener import Listener, logfmt
+from jobqueue.listener import FaultPoints, Listener, log_line, logfmt
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
@@ -53,34 +53,25 @@ logger = logging.getLogger("jobqueue.worker")
 MAX_PREFETCH = 100
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
 
-# Crash drills: JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat makes the worker
-# SIGKILL itself at that point, so tests and operators can rehearse recovery with real processes.
-FAULT = os.environ.get("JOBQUEUE_FAULT", "")
-FAULT_POINTS = {"after_claim", "after_effect", "after_ack", "heartbeat"}
-if FAULT and FAULT not in FAULT_POINTS:
-    raise RuntimeError(f"JOBQUEUE_FAULT must be one of {sorted(FAULT_POINTS)}, not {FAULT!r}")
-
-
-def fault_point(name: str):
-    if name == FAULT:
-        os.write(2, f"jobqueue: fault point {name}: SIGKILL\n".encode())
-        os.kill(os.getpid(), signal.SIGKILL)
+# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat: SIGKILL at that point.
+fault_point = FaultPoints(
+    "JOBQUEUE_FAULT", {"after_claim", "after_effect", "after_ack", "heartbeat"}, "jobqueue"
+)
 
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
-    """One logfmt line per job event, greppable and parseable: event=… job_id=… task=…"""
-    if not logger.isEnabledFor(level):
-        return
-    parts = {
-        "event": event,
-        "job_id": job.pk,
-        "task": job.task_path,
-        "queue": job.queue_name,
-        "key": job.idempotency_key or "-",
-        "attempt": job.attempts,
+    """One line per job event: event=… job_id=… task=… queue=… key=… attempt=…"""
+    log_line(
+        logger,
+        level,
+        event,
+        job_id=job.pk,
+        task=job.task_path,
+        queue=job.queue_name,
+        key=job.idempotency_key or "-",
+        attempt=job.attempts,
         **fields,
-    }
-    logger.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in parts.items()))
+    )
 
 
 @dataclass
@@ -472,7 +463,12 @@ class Worker:
     # --- bookkeeping on the main thread --------------------------------------------------
 
     def _settle(self) -> bool:
-        """Acknowledge successes in one batch; record each failure."""
+        """Acknowledge successes in one batch; record each failure.
+
+        If the database goes away part way, every outcome not yet stored goes back on the
+        queue for the next step: an outcome dropped here would leave its job leased, and
+        renewed by the heartbeat, with nothing left to run or settle it.
+        """
         done: list[tuple[Held, Finished]] = []
         failed: list[tuple[Held, Finished]] = []
         while True:
@@ -488,25 +484,28 @@ class Worker:
                 continue
             self._duration_ema += 0.1 * (fin.duration - self._duration_ema)
             (failed if fin.error else done).append((held, fin))
-        if done:
-            self._acknowledge(done)
-        for held, fin in failed:
-            self._fail(held.job, fin.error, fin.formatted, duration=fin.duration)
-            self.held.pop(held.job.pk, None)
-        return bool(done or failed)
+        settled = bool(done or failed)
+        try:
+            if done:
+                self._acknowledge(done)
+                done = []
+            while failed:
+                held, fin = failed[0]
+                self._fail(held.job, fin.error, fin.formatted, duration=fin.duration)
+                self.held.pop(held.job.pk, None)
+                failed.pop(0)
+        except DatabaseError:
+            for _, fin in done + failed:
+                self.finished.put(fin)
+            raise
+        return settled
 
     def _acknowledge(self, done):
         fault_point("after_effect")  # the handlers returned: their effects are committed
-        try:
-            acked = store.acknowledge(
-                [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
-            )
-            fault_point("after_ack")
-        except DatabaseError:
-            # Keep the results; the next step acknowledges them (or their leases lapse).
-            for item in done:
-                self.finished.put(item[1])
-            raise
+        acked = store.acknowledge(
+            [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
+        )
+        fault_point("after_ack")
         for held, fin in done:
             self.held.pop(held.job.pk, None)
             job = held.job
@@ -539,11 +538,7 @@ class Worker:
             traceback=formatted,
             now=now,
         )
-        try:
-            ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
-        except DatabaseError:
-            self.finished.put(Finished(job.pk, duration, error=exc, formatted=formatted))
-            raise
+        ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
         if ok:
             tally = self._tally(job)
@@ -649,14 +644,15 @@ class Worker:
             timeout = getattr(self.tasks.get(held.job.task_path), "timeout", None)
             if timeout and now_mono - held.started > timeout:
                 # Python cannot interrupt the thread; we stop vouching for the job instead.
-                self.stats.timeouts += 1
-                self.held.pop(held.job.pk)
+                # (Forgotten only once the failure is stored: a database error retries it.)
                 self._fail(
                     held.job,
                     JobTimeout(f"ran longer than {timeout}s"),
                     "",
                     duration=now_mono - held.started,
                 )
+                self.stats.timeouts += 1
+                self.held.pop(held.job.pk)
 
     def _start_listener(self):
         if connections[self.using].vendor != "postgresql":

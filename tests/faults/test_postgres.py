@@ -76,10 +76,6 @@ def test_terminated_heartbeat_connection_stops_the_worker_trusting_its_lease(wor
     assert Execution.objects.filter(idempotency_key="effect:heartbeat-cut").count() == 1
 
 
-@pytest.mark.skip(
-    reason="known bug under investigation: after repeated pg_terminate_backend a worker can keep "
-    "renewing a lease on a job none of its handlers runs, so the ledger never drains"
-)
 def test_terminating_every_worker_connection_under_load(workers):
     ids = enqueue_ledger(1000, "cut", work_ms=5)
     procs = [
@@ -149,6 +145,7 @@ def test_postgres_restart_under_load_loses_no_returned_enqueue(workers):
             "(.ci/run does)"
         )
     procs = [workers.start("--concurrency", "2", "--lease", "5", "--poll", "0.1") for _ in range(2)]
+    wait_until(lambda: all("event=worker_started" in log(p) for p in procs), message="workers up")
     returned: list[int] = []
     stop = threading.Event()
 

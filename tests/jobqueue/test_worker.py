@@ -204,3 +204,34 @@ def test_postgres_notify_wakes_an_idle_worker_long_before_its_poll():
         worker.stop()
         thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+
+@pytest.mark.parametrize("failing", ["acknowledge", "fail"])
+def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
+    """The database drops out while a success and a failure wait to be stored: neither is
+    forgotten. (A dropped failure once left its job leased, renewed and never run again.)"""
+    from django.db import OperationalError
+
+    from jobqueue.worker import Finished, Held
+
+    ok, bad = tasks.noop.enqueue(), tasks.always_fails.enqueue()
+    worker = Worker(poll_interval=0.05)
+    for job in store.claim(worker_id=worker.worker_id, queues=None, limit=2, lease_seconds=30):
+        worker.held[job.pk] = Held(job, started=0.0)
+    worker.finished.put(Finished(int(ok.id), 0.01, value=None))
+    worker.finished.put(Finished(int(bad.id), 0.01, error=ConnectionError("gone"), formatted=""))
+    real = getattr(store, failing)
+
+    def fails_once(*args, **kwargs):
+        monkeypatch.setattr(store, failing, real)
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(store, failing, fails_once)
+    with pytest.raises(OperationalError):
+        worker._settle()
+    assert worker._settle() is True
+    assert worker.held == {}
+    assert Job.objects.get(pk=ok.id).state == JobState.DONE
+    failed = Job.objects.get(pk=bad.id)
+    assert failed.state == JobState.READY and failed.errors[-1]["message"] == "gone"
