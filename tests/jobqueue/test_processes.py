@@ -109,3 +109,16 @@ def test_burst_worker_exits_zero_when_nothing_is_due(workers):
     proc = workers.run("--burst")
     assert proc.returncode == 0
     assert Job.objects.get().state == JobState.READY
+
+
+def test_a_worker_started_before_its_database_waits_for_it(workers):
+    # Nothing listens on port 1: the worker must keep retrying, say so, and still stop cleanly.
+    proc = workers.start(env={"DATABASE_URL": "postgres://postgres@127.0.0.1:1/absent"})
+    wait_until(
+        lambda: log_of(proc).count("event=database_unavailable") >= 3,
+        message="repeated database_unavailable lines",
+    )
+    assert proc.poll() is None, "the worker gave up instead of waiting for the database"
+    assert "Traceback" not in log_of(proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=10)

@@ -1,12 +1,17 @@
+import logging
 import signal
+import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from jobqueue.listener import logfmt
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
+
+logger = logging.getLogger("jobqueue.worker")
 
 
 def positive(kind):
@@ -18,6 +23,25 @@ def positive(kind):
 
     parse.__name__ = f"positive {kind.__name__}"
     return parse
+
+
+def wait_for_database(max_delay: float = 5.0):
+    """A worker started while the database is down or restarting waits for it (saying so)
+    instead of dying with a traceback: process managers start workers and databases in any
+    order."""
+    delay = 0.1
+    while True:
+        try:
+            ensure_migrated()
+            return
+        except OperationalError as exc:
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            logger.warning(
+                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line), delay
+            )
+            connections[DEFAULT_DB_ALIAS].close()
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay)
 
 
 def ensure_migrated():
@@ -100,7 +124,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["prefetch"] is not None and opts["prefetch"] < 0:
             raise CommandError("--prefetch must be 0 or more", returncode=2)
-        ensure_migrated()
+        wait_for_database()
         worker = Worker(
             queues=opts["queues"],
             concurrency=opts["concurrency"],
