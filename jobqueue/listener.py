@@ -1,6 +1,9 @@
-"""Shared pieces of the long-running loops (worker and relay): the LISTEN thread and logfmt."""
+"""Shared pieces of the long-running loops (worker and relay): the LISTEN thread, logfmt event
+lines and crash-drill fault points."""
 
 import logging
+import os
+import signal
 import threading
 
 logger = logging.getLogger("jobqueue")
@@ -12,6 +15,28 @@ def logfmt(value) -> str:
     if not text or any(c in text for c in ' "=\n'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
+
+
+def log_line(log: logging.Logger, level: int, event: str, **fields):
+    """One logfmt line, greppable and parseable: event=… key=value …"""
+    if log.isEnabledFor(level):
+        log.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items()))
+
+
+class FaultPoints:
+    """Crash drills: the environment variable names one point where the process SIGKILLs
+    itself, so tests and operators can rehearse recovery with real processes."""
+
+    def __init__(self, variable: str, points: set[str], who: str):
+        self.chosen = os.environ.get(variable, "")
+        self.who = who
+        if self.chosen and self.chosen not in points:
+            raise RuntimeError(f"{variable} must be one of {sorted(points)}, not {self.chosen!r}")
+
+    def __call__(self, name: str):
+        if name == self.chosen:
+            os.write(2, f"{self.who}: fault point {name}: SIGKILL\n".encode())
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Listener(threading.Thread):

@@ -36,7 +36,7 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
-from jobqueue.listener import Listener, logfmt
+from jobqueue.listener import FaultPoints, Listener, log_line, logfmt
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
 from jobqueue.store import outbox as outbox_store
@@ -44,31 +44,23 @@ from jobqueue.store import outbox as outbox_store
 logger = logging.getLogger("jobqueue.relay")
 
 # Crash drills, like the worker's JOBQUEUE_FAULT: the relay SIGKILLs itself at that point.
-FAULT = os.environ.get("REDRIVE_RELAY_FAULT", "")
-FAULT_POINTS = {"after_claim", "after_publish", "after_mark"}
-if FAULT and FAULT not in FAULT_POINTS:
-    raise RuntimeError(f"REDRIVE_RELAY_FAULT must be one of {sorted(FAULT_POINTS)}, not {FAULT!r}")
-
-
-def fault_point(name: str):
-    if name == FAULT:
-        os.write(2, f"relay: fault point {name}: SIGKILL\n".encode())
-        os.kill(os.getpid(), signal.SIGKILL)
+fault_point = FaultPoints(
+    "REDRIVE_RELAY_FAULT", {"after_claim", "after_publish", "after_mark"}, "relay"
+)
 
 
 def log_event(event: str, message: OutboxMessage, level=logging.INFO, **fields):
-    """One logfmt line per message event: event=… message_id=… topic=… key=… attempt=…"""
-    if not logger.isEnabledFor(level):
-        return
-    parts = {
-        "event": event,
-        "message_id": message.pk,
-        "topic": message.topic,
-        "key": message.key or "-",
-        "attempt": message.attempts,
+    """One line per message event: event=… message_id=… topic=… key=… attempt=…"""
+    log_line(
+        logger,
+        level,
+        event,
+        message_id=message.pk,
+        topic=message.topic,
+        key=message.key or "-",
+        attempt=message.attempts,
         **fields,
-    }
-    logger.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in parts.items()))
+    )
 
 
 class AttemptsExhausted(Exception):
