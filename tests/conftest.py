@@ -32,10 +32,11 @@ def wait_until(predicate, timeout=30.0, interval=0.02, message="condition"):
         time.sleep(interval)
 
 
-class Workers:
-    """Start real `manage.py runworker` processes against the test database."""
+class Processes:
+    """Start real `manage.py <command>` processes (runworker, runrelay) against the test
+    database, each with its own log file; any left running are killed at the end."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, command="runworker", env=None, log_prefix=None):
         from django.db import connection
 
         self.env = {
@@ -43,14 +44,19 @@ class Workers:
             "DATABASE_URL": database_url(connection),
             "REDRIVE_TEST_SINK": str(tmp_path / "sink.log"),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         self.tmp_path = tmp_path
+        self.command = command
+        self.log_prefix = log_prefix or command
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, *args, env=None, log_name=None):
-        log = open(self.tmp_path / (log_name or f"worker-{len(self.procs)}.log"), "w")  # noqa: SIM115
+    def start(self, *args, command=None, env=None):
+        command = command or self.command
+        prefix = self.log_prefix if command == self.command else command
+        log = open(self.tmp_path / f"{prefix}-{len(self.procs)}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", *args],
+            [sys.executable, "manage.py", command, *args],
             cwd=BASE_DIR,
             env={**self.env, **(env or {})},
             stdout=log,
@@ -78,6 +84,6 @@ class Workers:
 
 @pytest.fixture
 def workers(tmp_path, transactional_db):
-    pool = Workers(tmp_path)
+    pool = Processes(tmp_path, "runworker", log_prefix="worker")
     yield pool
     pool.stop_all()

@@ -206,7 +206,6 @@ def test_postgres_notify_wakes_an_idle_worker_long_before_its_poll():
     assert not thread.is_alive()
 
 
-
 @pytest.mark.parametrize("failing", ["acknowledge", "fail"])
 def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
     """The database drops out while a success and a failure wait to be stored: neither is

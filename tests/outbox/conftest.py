@@ -3,9 +3,6 @@
 import hashlib
 import hmac
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -15,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_DIR, database_url
+from tests.conftest import Processes
 
 SECRET = "test-webhook-secret"
 
@@ -137,45 +134,9 @@ def outbox_config(hook_url=None, **extra):
     return config
 
 
-class Relays:
-    """Start real `manage.py runrelay` processes against the test database."""
-
-    def __init__(self, tmp_path, config):
-        from django.db import connection
-
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": database_url(connection),
-            "REDRIVE_OUTBOX": json.dumps(config),
-            "REDRIVE_TEST_SINK": str(tmp_path / "sink.log"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.tmp_path = tmp_path
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, *args, command="runrelay", env=None):
-        log = open(self.tmp_path / f"{command}-{len(self.procs)}.log", "w")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", command, *args],
-            cwd=BASE_DIR,
-            env={**self.env, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        proc.log_path = log.name
-        self.procs.append(proc)
-        return proc
-
-    def run(self, *args, env=None, timeout=60):
-        proc = self.start(*args, env=env)
-        proc.wait(timeout=timeout)
-        return proc
-
-    def stop_all(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+def relay_pool(tmp_path, config) -> Processes:
+    """Real `manage.py runrelay` processes with this outbox configuration."""
+    return Processes(tmp_path, "runrelay", env={"REDRIVE_OUTBOX": json.dumps(config)})
 
 
 def log_of(proc) -> str:
@@ -184,6 +145,6 @@ def log_of(proc) -> str:
 
 @pytest.fixture
 def relays(tmp_path, transactional_db, hook_server):
-    pool = Relays(tmp_path, outbox_config(hook_server.url))
+    pool = relay_pool(tmp_path, outbox_config(hook_server.url))
     yield pool
     pool.stop_all()

@@ -15,7 +15,7 @@ from jobqueue import outbox
 from jobqueue.models import OutboxMessage, OutboxState
 from jobqueue.relay import Relay
 from tests.conftest import wait_until
-from tests.outbox.conftest import Relays, log_of, outbox_config
+from tests.outbox.conftest import log_of, outbox_config, relay_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -98,7 +98,7 @@ def test_sigkill_after_publish_republishes_the_same_message_id_to_the_broker(
 ):
     config = outbox_config()
     config["DESTINATIONS"]["events"] = {"url": AMQP_URL, "routing_key": queue_name}
-    relays = Relays(tmp_path, config)
+    relays = relay_pool(tmp_path, config)
     try:
         message_id = outbox.publish("audit.logged", {"n": 1}, key="audit:1")
         crashed = relays.run(
