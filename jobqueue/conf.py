@@ -11,6 +11,9 @@ DEFAULTS = {
     "MAX_PAYLOAD_BYTES": 1_000_000,
     # PostgreSQL: how long a worker's claim waits on a lock before giving up and retrying.
     "LOCK_TIMEOUT": 5.0,
+    # Health: a worker whose record is not refreshed for this long shows as lost; `prune`
+    # removes records of workers lost for longer than its --workers-lost-for.
+    "WORKER_LOST_AFTER": 60.0,
 }
 
 

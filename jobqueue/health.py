@@ -7,16 +7,27 @@ dead letters pending from the partial index on pending rows.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
+from jobqueue.conf import policy
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobCounter, JobState, WorkerRecord
 
-LOST_AFTER = timedelta(seconds=60)
+SUMMED = (
+    "ready",
+    "scheduled",
+    "running",
+    "expired",
+    "retrying",
+    "dead_letters",
+    "succeeded_5m",
+    "failed_5m",
+    "succeeded_60m",
+    "failed_60m",
+)
 
 
 def count_pending_dead_letters() -> dict[tuple[str, str], int]:
@@ -63,6 +74,9 @@ class Health:
     def as_json(self) -> dict:
         data = asdict(self)
         data["at"] = self.at.isoformat()
+        # Never succeeded: infinitely long ago for --fail-if, but null in JSON (no Infinity).
+        if data["totals"].get("since_last_success") == float("inf"):
+            data["totals"]["since_last_success"] = None
         data["last_success_at"] = self.last_success_at.isoformat() if self.last_success_at else None
         for worker in data["workers"]:
             for key in ("started_at", "last_heartbeat_at"):
@@ -75,8 +89,10 @@ def failure_rate(succeeded: int, failed: int) -> float:
     return failed / attempts if attempts else 0.0
 
 
-def snapshot(*, now: datetime | None = None, lost_after: timedelta = LOST_AFTER) -> Health:
+def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None) -> Health:
     now = now or timezone.now()
+    if lost_after is None:
+        lost_after = timedelta(seconds=policy("WORKER_LOST_AFTER"))
     rows: dict[tuple[str, str], Row] = {}
 
     def row(queue, task) -> Row:
@@ -127,7 +143,7 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta = LOST_AFTER)
     # The newest minute with a success: a backward walk of the minute index, not a scan.
     last_success = (
         JobCounter.objects.filter(succeeded__gt=0)
-        .order_by("-minute")
+        .order_by("-minute", "-last_success_at")
         .values_list("last_success_at", flat=True)
         .first()
     )
@@ -150,20 +166,10 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta = LOST_AFTER)
         )
 
     ordered = sorted(rows.values(), key=lambda r: (r.queue, r.task))
-    totals: dict[str, float] = defaultdict(float)
+    # Every figure present even when nothing is live, so `queuehealth --fail-if` can name it.
+    totals: dict[str, float] = dict.fromkeys((*SUMMED, "oldest_ready_age"), 0)
     for r in ordered:
-        for name in (
-            "ready",
-            "scheduled",
-            "running",
-            "expired",
-            "retrying",
-            "dead_letters",
-            "succeeded_5m",
-            "failed_5m",
-            "succeeded_60m",
-            "failed_60m",
-        ):
+        for name in SUMMED:
             totals[name] += getattr(r, name)
         totals["oldest_ready_age"] = max(totals["oldest_ready_age"], r.oldest_ready_age)
     totals["failure_rate_5m"] = failure_rate(totals["succeeded_5m"], totals["failed_5m"])
@@ -174,5 +180,5 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta = LOST_AFTER)
         (now - last_success).total_seconds() if last_success else float("inf")
     )
     return Health(
-        at=now, rows=ordered, workers=workers, totals=dict(totals), last_success_at=last_success
+        at=now, rows=ordered, workers=workers, totals=totals, last_success_at=last_success
     )

@@ -158,3 +158,34 @@ def test_prune_drops_old_counters_and_keeps_the_health_window(fixture_data):
     call_command("prune", "--counters-older-than", "0.1")  # 2.4 hours
     minutes = sorted(JobCounter.objects.values_list("minute", flat=True))
     assert len(minutes) == 2 and minutes[0] >= ago(minutes=31)
+    WorkerRecord.objects.filter(worker_id="gone").update(last_heartbeat_at=ago(days=2))
+    call_command("prune")  # records of workers silent for over a day go; the live one stays
+    assert list(WorkerRecord.objects.values_list("worker_id", flat=True)) == ["alive"]
+
+
+def test_an_idle_queue_still_has_every_figure(capsys):
+    """Nothing live, nothing ever succeeded: thresholds on any figure work, JSON stays JSON."""
+    import json
+
+    call_command("queuehealth", "--fail-if", "oldest_ready_age>300", "--fail-if", "ready>100")
+    out = capsys.readouterr().out
+    assert "ready=0" in out and "oldest_ready_age=0" in out and "since_last_success=inf" in out
+    call_command("queuehealth", "--json")
+    data = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)
+    assert data["totals"]["ready"] == 0 and data["totals"]["since_last_success"] is None
+    with pytest.raises(SystemExit):  # never succeeded counts as infinitely long ago
+        call_command("queuehealth", "--fail-if", "since_last_success>600")
+
+
+def test_last_success_is_the_latest_in_its_minute():
+    minute = ago(minutes=1).replace(second=0)
+    for task, second in (("a.task", 10), ("b.task", 50), ("c.task", 30)):
+        JobCounter.objects.create(
+            minute=minute, task_path=task, succeeded=1, last_success_at=minute.replace(second=second)
+        )
+    assert snapshot(now=NOW).last_success_at == minute.replace(second=50)
+
+
+def test_lost_after_is_a_setting(fixture_data, settings):
+    settings.JOBQUEUE = {"WORKER_LOST_AFTER": 3600}
+    assert [w["lost"] for w in snapshot(now=NOW).workers] == [False, False]
