@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from deadletters import conf
-from deadletters.views import _partial, console_view
+from deadletters.views import console_view, render_page
 from jobqueue.health import snapshot
 from jobqueue.models import JobCounter
 
@@ -63,4 +63,4 @@ def dashboard(request):
         "now": now,
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
     }
-    return render(request, _partial(request, "deadletters/dashboard.html", "health"), context)
+    return render_page(request, "deadletters/dashboard.html", "health", context)

@@ -13,6 +13,8 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import DeadLetter
@@ -42,8 +44,15 @@ def console_view(view):
     return wrapped
 
 
-def _partial(request, template, partial):
-    return f"{template}#{partial}" if request.htmx and not request.htmx.boosted else template
+def render_page(request, template, partial, context):
+    """The partial for an HTMX swap; the whole page for a normal load, a boosted link, and
+    htmx's history restore (which also sends HX-Request, and must get a page back)."""
+    htmx = request.htmx
+    whole = not htmx or htmx.boosted or htmx.history_restore_request
+    response = render(request, template if whole else f"{template}#{partial}", context)
+    # One URL, two bodies: caches (the browser's back button included) must key on the header.
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 @require_GET
@@ -54,7 +63,7 @@ def overview(request):
         "now": timezone.now(),
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
     }
-    return render(request, _partial(request, "deadletters/overview.html", "groups"), context)
+    return render_page(request, "deadletters/overview.html", "groups", context)
 
 
 @require_GET
@@ -74,7 +83,7 @@ def letter_list(request):
         **_permissions(request.user),
     }
     context["can_select"] = context["can_replay"] or context["can_discard"]
-    return render(request, _partial(request, "deadletters/list.html", "results"), context)
+    return render_page(request, "deadletters/list.html", "results", context)
 
 
 @require_GET
@@ -140,7 +149,12 @@ def preview(request):
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
-        return redirect(request.POST.get("back") or reverse("deadletters:list"))
+        back = request.POST.get("back", "")
+        if not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            back = reverse("deadletters:list")
+        return redirect(back)
     return redirect("deadletters:confirm", pk=selection.pk)
 
 
@@ -201,7 +215,7 @@ def run_detail(request, pk):
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
         "queue": conf.get("QUEUE"),
     }
-    return render(request, _partial(request, "deadletters/run.html", "progress"), context)
+    return render_page(request, "deadletters/run.html", "progress", context)
 
 
 @require_POST
@@ -211,16 +225,14 @@ def run_control(request, pk, command):
     if not request.user.has_perm(ACTION_PERMISSION[run.action]):
         raise PermissionDenied
     handler = {"pause": services.pause, "resume": services.resume, "cancel": services.cancel}
+    notice = ""
     if not handler[command](run, operator=request.user):
-        messages.warning(
-            request, f"The run is {run.get_state_display().lower()}; nothing to {command}."
-        )
-    if request.htmx:
-        return render(
-            request,
-            "deadletters/run.html#progress",
-            {"run": run, "can_control": True, "queue": conf.get("QUEUE")},
-        )
+        notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
+    if request.htmx:  # the swapped partial carries the notice: no page load would show it
+        context = {"run": run, "can_control": True, "queue": conf.get("QUEUE"), "notice": notice}
+        return render(request, "deadletters/run.html#progress", context)
+    if notice:
+        messages.warning(request, notice)
     return redirect("deadletters:run", pk=run.pk)
 
 

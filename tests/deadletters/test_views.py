@@ -101,6 +101,14 @@ def test_list_filters_live_in_the_url_and_htmx_gets_the_partial(viewer_client):
     )
     assert b"<html" not in partial.content
     assert b'id="results"' in partial.content
+    assert "HX-Request" in partial["Vary"] and "HX-Request" in response["Vary"]
+    # Back button after a cache miss: htmx asks again with HX-Request and needs the whole page.
+    restored = viewer_client.get(
+        LIST,
+        {"job_type": "shop.send_receipt"},
+        headers={"HX-Request": "true", "HX-History-Restore-Request": "true"},
+    )
+    assert b"<html" in restored.content
 
 
 def test_list_pages_with_cursor_links(viewer_client, settings):
@@ -228,6 +236,13 @@ def test_empty_selection_is_refused_with_a_message(operator_client):
     assert not Selection.objects.exists()
 
 
+def test_a_refused_selection_goes_back_only_to_this_site(operator_client):
+    here = operator_client.post(PREVIEW, {"action": "replay", "back": f"{LIST}?job_type=t"})
+    assert here["Location"] == f"{LIST}?job_type=t"
+    away = operator_client.post(PREVIEW, {"action": "replay", "back": "https://evil.example/"})
+    assert away["Location"] == LIST
+
+
 def test_csrf_is_enforced_and_htmx_sends_the_token(operator):
     letter = DeadLetterFactory()
     client = Client(enforce_csrf_checks=True)
@@ -258,6 +273,8 @@ def test_run_page_progress_and_controls(operator_client, settings):
     assert "Paused" in partial and "Resume" in partial and "<html" not in partial
     run.refresh_from_db()
     assert run.state == "paused"
+    again = operator_client.post(pause, headers={"HX-Request": "true"}).content.decode()
+    assert "The run is paused; nothing to pause." in again  # in the swapped partial itself
     operator_client.post(reverse("deadletters:run-control", args=[run.pk, "cancel"]))
     run.refresh_from_db()
     assert run.state == "cancelled"
