@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 from django.db.models import Sum
-from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 

@@ -181,7 +181,10 @@ def test_last_success_is_the_latest_in_its_minute():
     minute = ago(minutes=1).replace(second=0)
     for task, second in (("a.task", 10), ("b.task", 50), ("c.task", 30)):
         JobCounter.objects.create(
-            minute=minute, task_path=task, succeeded=1, last_success_at=minute.replace(second=second)
+            minute=minute,
+            task_path=task,
+            succeeded=1,
+            last_success_at=minute.replace(second=second),
         )
     assert snapshot(now=NOW).last_success_at == minute.replace(second=50)
 
