@@ -174,6 +174,14 @@ class DeadLetter(models.Model):
             models.Index(
                 fields=["state", "dead_lettered_at", "id"], name="jobqueue_dl_state_time_idx"
             ),
+            # The console's other equality filters: a rare error class or queue is then a short
+            # index range, not a walk of the time index over a million rows.
+            models.Index(
+                fields=["error_class", "dead_lettered_at", "id"], name="jobqueue_dl_error_time_idx"
+            ),
+            models.Index(
+                fields=["queue_name", "dead_lettered_at", "id"], name="jobqueue_dl_queue_time_idx"
+            ),
         ]
 
     def __str__(self):
