@@ -151,10 +151,11 @@ DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")
 OUTBOX = json.loads(os.environ.get("REDRIVE_OUTBOX") or "{}")
 
 # Sources whose terminal failures the console shows: "jobqueue" (ours, outbox included) and
-# "django_q2" (the bridge: deadletters/sources/django_q2.py). REDRIVE_SOURCES is a comma list.
+# "django_q2" (the bridge: deadletters/sources/django_q2.py), both by default so the demo
+# shows the bridge. REDRIVE_SOURCES is a comma list (REDRIVE_SOURCES=jobqueue turns it off).
 DEADLETTERS_SOURCES = [
     name.strip()
-    for name in os.environ.get("REDRIVE_SOURCES", "jobqueue").split(",")
+    for name in os.environ.get("REDRIVE_SOURCES", "jobqueue,django_q2").split(",")
     if name.strip()
 ]
 
