@@ -24,8 +24,8 @@ def free_port() -> int:
 class Demo:
     def __init__(self, var_dir: Path, *args):
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the embedded DB
-        env.update(
+        env = self.env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(  # the embedded database, fast backoff
             REDRIVE_VAR_DIR=str(var_dir),
             JOBQUEUE_BACKOFF_BASE="0.05",
             JOBQUEUE_BACKOFF_CAP="0.2",
@@ -123,3 +123,73 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
         assert "payments:  0 seeded now, 4 in all" in rerun.output()  # reuses the data
     finally:
         assert rerun.stop() == 0
+
+
+def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receipt_once(tmp_path):
+    """The README's walk-through through the running demo: receipts die during a short outage,
+    the operator replays them from the console after it, and each payment gets one receipt."""
+    demo = Demo(tmp_path, "--outage", "8", "--fresh")
+    base = f"http://127.0.0.1:{demo.port}"
+    receipts = "demo.tasks.send_receipt"
+    try:
+        opener = logged_in_opener(base, "operator", "demo-pass-1")
+        listing = f"{base}/deadletters/list/?" + urllib.parse.urlencode({"job_type": receipts})
+        wait_until(
+            lambda: 'name="ids"' in opener.open(listing).read().decode(),
+            timeout=60,
+            message="receipt dead letters during the outage",
+        )
+        wait_until(lambda: "receipt service is back" in demo.output(), timeout=30, message="end")
+        page = opener.open(listing).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = {"csrfmiddlewaretoken": token, "action": "replay", "select_all": "1"}
+        confirm = opener.open(
+            f"{base}/deadletters/preview/",
+            data=urllib.parse.urlencode({**form, "job_type": receipts}).encode(),
+        )
+        assert "/selections/" in confirm.url
+        confirm_page = confirm.read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', confirm_page).group(1)
+        run = opener.open(
+            confirm.url,
+            data=urllib.parse.urlencode(
+                {"csrfmiddlewaretoken": token, "reason": "receipt service is back"}
+            ).encode(),
+        )
+        assert "/runs/" in run.url, run.read().decode()[:2000]
+
+        def delivered():
+            out = subprocess.run(
+                [sys.executable, "manage.py", "fieldnotes", "receipts"],
+                cwd=BASE_DIR,
+                env={**demo.env, "REDRIVE_VAR_DIR": str(tmp_path)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            return out.splitlines()
+
+        wait_until(lambda: len(delivered()) == 4, timeout=60, message="four receipts")
+        assert len(set(delivered())) == 4
+        audit = opener.open(f"{base}/deadletters/audit/").read().decode()
+        assert "receipt service is back" in audit and "operator" in audit
+    finally:
+        assert demo.stop() == 0
+
+
+def test_demo_refuses_to_empty_a_server_database_and_a_bad_rate(tmp_path):
+    def demo(*args, **env):
+        return subprocess.run(
+            [sys.executable, "manage.py", "demo", *args],
+            cwd=BASE_DIR,
+            env={**os.environ, "REDRIVE_VAR_DIR": str(tmp_path), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    server = demo("--fresh", DATABASE_URL="postgres://postgres@127.0.0.1:1/precious")
+    assert server.returncode == 2 and "will not empty" in server.stderr
+    assert "Traceback" not in server.stderr
+    rate = demo("--flaky-rate", "2")
+    assert rate.returncode == 2 and "--flaky-rate must be between 0 and 1" in rate.stderr

@@ -49,9 +49,23 @@ class Command(BaseCommand):
             help="Payments seeded on a fresh database (default 24).",
         )
         parser.add_argument("--workers", type=int, default=2, help="Worker processes (default 2).")
-        parser.add_argument("--fresh", action="store_true", help="Start from an empty database.")
+        parser.add_argument(
+            "--flaky-rate",
+            type=float,
+            default=None,
+            metavar="P",
+            help="Share of search-index refreshes that fail transiently and retry (default 0.3).",
+        )
+        parser.add_argument(
+            "--fresh", action="store_true", help="Start from an empty (SQLite) database."
+        )
 
     def handle(self, *args, **opts):
+        rate = opts["flaky_rate"]
+        if rate is not None:
+            if not 0 <= rate <= 1:
+                raise CommandError("--flaky-rate must be between 0 and 1", returncode=2)
+            os.environ["DEMO_FLAKY_RATE"] = str(rate)  # read by the task in the worker processes
         if opts["fresh"]:
             self.wipe()
         call_command("migrate", verbosity=0)
@@ -72,10 +86,12 @@ class Command(BaseCommand):
         log_path = Path(settings.VAR_DIR) / "demo-workers.log"
         workers: list[subprocess.Popen] = []
         try:
+            # The outage is on record before any worker can take a receipt.
+            outage = services.start_outage("receipts", opts["outage"]) if opts["outage"] else None
             self.start_workers(workers, opts["workers"], log_path)
             if q2_bridge.enabled():
                 self.start_qcluster(workers, log_path)
-            self.announce(opts, passwords, seeded, workers, log_path)
+            self.announce(opts, passwords, seeded, workers, log_path, outage)
             server.serve_forever()
         except KeyboardInterrupt:
             pass
@@ -83,7 +99,7 @@ class Command(BaseCommand):
             server.server_close()
             self.stop_workers(workers)
 
-    def announce(self, opts, passwords, seeded, workers, log_path):
+    def announce(self, opts, passwords, seeded, workers, log_path, outage):
         url = f"http://{opts['host']}:{opts['port']}/deadletters/"
         database = connections["default"].settings_dict["NAME"]
         lines = [
@@ -92,8 +108,7 @@ class Command(BaseCommand):
             *(f"  {role + ':':<10} {name} / {passwords[name]}" for name, role in ACCOUNTS),
             f"  payments:  {seeded} seeded now, {Payment.objects.count()} in all",
         ]
-        if opts["outage"] > 0:
-            outage = services.start_outage("receipts", opts["outage"])
+        if outage is not None:
             lines.append(
                 f"  outage:    receipt service down until {outage.until:%H:%M:%S} UTC; "
                 "receipts exhaust their attempts and become dead letters"
@@ -114,15 +129,20 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def wipe(self):
+        """Delete the embedded database's file. Never empties a server database: DATABASE_URL
+        may point at real data (and at an audit log that must not be erased)."""
         connection = connections["default"]
-        if connection.vendor == "sqlite":
-            connection.close()
-            name = Path(connection.settings_dict["NAME"])
-            for path in (name, Path(f"{name}-wal"), Path(f"{name}-shm")):
-                path.unlink(missing_ok=True)
-        else:
-            call_command("migrate", verbosity=0)
-            call_command("flush", interactive=False, verbosity=0)
+        if connection.vendor != "sqlite":
+            raise CommandError(
+                f"--fresh deletes the demo's SQLite file; DATABASE_URL points at "
+                f"{connection.vendor} ({connection.settings_dict['NAME']}), which it will not "
+                "empty. Unset DATABASE_URL, or run without --fresh.",
+                returncode=2,
+            )
+        connection.close()
+        name = Path(connection.settings_dict["NAME"])
+        for path in (name, Path(f"{name}-wal"), Path(f"{name}-shm")):
+            path.unlink(missing_ok=True)
 
     def accounts(self, password):
         passwords = {}
