@@ -81,6 +81,7 @@ class Held:
     job: Job
     started: float | None = None  # monotonic time the handler began, None while buffered
     lost: bool = False
+    thread: threading.Thread | None = None  # the handler running it
 
 
 @dataclass
@@ -149,6 +150,9 @@ class Worker:
         self.signals = 0
         self.stats = Stats()
         self._threads: list[threading.Thread] = []
+        self._handler_serial = 1
+        # Handler threads given up on (a job past its timeout): each exits once its job returns.
+        self._abandoned: set[threading.Thread] = set()
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
         self._db_backoff = 0.0
@@ -307,11 +311,15 @@ class Worker:
         for n, thread in enumerate(self._threads):
             if not thread.is_alive() and not self.stopping:
                 logger.error("event=handler_died worker=%s thread=%s", self.worker_id, thread.name)
-                replacement = threading.Thread(
-                    target=self._handler_loop, name=f"handler-{n}", daemon=True
-                )
-                replacement.start()
-                self._threads[n] = replacement
+                self._replace_handler(n)
+
+    def _replace_handler(self, n: int):
+        replacement = threading.Thread(
+            target=self._handler_loop, name=f"handler-{n}.{self._handler_serial}", daemon=True
+        )
+        self._handler_serial += 1
+        replacement.start()
+        self._threads[n] = replacement
 
     def _prefetch_window(self) -> int:
         if self.prefetch is not None:
@@ -397,8 +405,9 @@ class Worker:
     # --- handler threads -----------------------------------------------------------------
 
     def _handler_loop(self):
+        me = threading.current_thread()
         try:
-            while True:
+            while me not in self._abandoned:
                 job = self.inbox.get()
                 if job is None:
                     return
@@ -408,12 +417,14 @@ class Worker:
                 if self.stopping:
                     self.returned.put(job)  # not started: _drain hands its lease back
                     continue
+                held.thread = me
                 held.started = time.monotonic()
                 try:
                     self.finished.put(self._execute(job))
                 finally:
                     self.wake.set()
         finally:
+            self._abandoned.discard(me)
             # This thread's Django connection dies with it rather than lingering server-side.
             connections.close_all()
 
@@ -421,10 +432,11 @@ class Worker:
         started = time.monotonic()
         try:
             task, signature = self.tasks.resolve(job.task_path)
-            args = ([None] if task.takes_context else []) + list(job.args)
             try:
+                if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+                    raise TypeError("args must be a JSON array and kwargs a JSON object")
                 store.check_payload(job.args, job.kwargs)
-                signature.bind(*args, **job.kwargs)
+                signature.bind(*([None] if task.takes_context else []), *job.args, **job.kwargs)
             except (TypeError, ValueError) as exc:
                 raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc
             result = None
@@ -633,26 +645,47 @@ class Worker:
         )
         for job in jobs:
             if job.pk not in kept:
-                self.held[job.pk].lost = True
                 self._lease_lost(job, "heartbeat")
+                if self.held[job.pk].started is None:
+                    # Not begun: forget it now (the handler skips it); nothing will report back.
+                    del self.held[job.pk]
+                else:
+                    self.held[job.pk].lost = True  # its outcome is dropped when it returns
 
     def _enforce_timeouts(self):
         now_mono = time.monotonic()
         for held in list(self.held.values()):
-            if held.started is None or held.lost:
+            if held.started is None:
                 continue
             timeout = getattr(self.tasks.get(held.job.task_path), "timeout", None)
             if timeout and now_mono - held.started > timeout:
                 # Python cannot interrupt the thread; we stop vouching for the job instead.
-                # (Forgotten only once the failure is stored: a database error retries it.)
-                self._fail(
-                    held.job,
-                    JobTimeout(f"ran longer than {timeout}s"),
-                    "",
-                    duration=now_mono - held.started,
-                )
-                self.stats.timeouts += 1
+                # (Forgotten only once the failure is stored: a database error retries it.
+                # A job whose lease is already lost has nothing to store.)
+                if not held.lost:
+                    self._fail(
+                        held.job,
+                        JobTimeout(f"ran longer than {timeout}s"),
+                        "",
+                        duration=now_mono - held.started,
+                    )
+                    self.stats.timeouts += 1
                 self.held.pop(held.job.pk)
+                self._abandon(held.thread)
+
+    def _abandon(self, thread: threading.Thread | None):
+        """The thread is stuck in a job past its timeout: the jobs queued behind it go to a
+        fresh thread in its place, and it exits whenever its job returns."""
+        if thread is None or thread not in self._threads or self.stopping:
+            return
+        self._abandoned.add(thread)
+        self._replace_handler(self._threads.index(thread))
+        logger.warning(
+            "event=handler_abandoned worker=%s thread=%s abandoned=%d",
+            self.worker_id,
+            thread.name,
+            len(self._abandoned),
+        )
 
     def _start_listener(self):
         if connections[self.using].vendor != "postgresql":

@@ -75,6 +75,14 @@ def too_slow():
     time.sleep(1.0)
 
 
+@task(timeout=0.2, max_attempts=1)
+def hangs_until_file(path: str):
+    """Past its timeout long before `path` appears: a handler Python cannot interrupt."""
+    deadline = time.monotonic() + 60
+    while not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @task(takes_context=True)
 def with_context(context, x):
     return {"attempt": context.attempt, "x": x}

@@ -77,6 +77,15 @@ def test_payload_that_does_not_fit_the_task_is_permanent():
     assert letter.error_class == "jobqueue.errors.InvalidPayload" and letter.attempts == 1
 
 
+@pytest.mark.parametrize("field, value", [("args", 5), ("args", {"a": 1}), ("kwargs", [1])])
+def test_a_row_whose_payload_has_the_wrong_shape_is_permanent(field, value):
+    job, _ = store.enqueue(store.NewJob(task_path="tests.tasks.add", args=[1, 2]))
+    Job.objects.filter(pk=job.pk).update(**{field: value})  # written by hand, not by enqueue
+    burst()
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.InvalidPayload" and letter.attempts == 1
+
+
 def test_permanent_error_dead_letters_at_once():
     tasks.permanent.enqueue("bad card number")
     burst()
@@ -234,3 +243,47 @@ def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
     assert Job.objects.get(pk=ok.id).state == JobState.DONE
     failed = Job.objects.get(pk=bad.id)
     assert failed.state == JobState.READY and failed.errors[-1]["message"] == "gone"
+
+
+def test_jobs_behind_a_handler_stuck_past_its_timeout_still_run(tmp_path):
+    """One handler thread, hung in a job Python cannot interrupt: the jobs queued behind it go
+    to a fresh thread instead of waiting, leased and renewed, for the hang to end."""
+    gate = tmp_path / "gate"
+    hung = tasks.hangs_until_file.using(priority=10).enqueue(str(gate))
+    quick = [tasks.add.enqueue(n, 1) for n in range(3)]
+    worker = Worker(concurrency=1, prefetch=5, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: (
+                Job.objects.filter(pk__in=[r.id for r in quick], state=JobState.DONE).count() == 3
+            ),
+            timeout=10,
+            message="the quick jobs done while the hung one still hangs",
+        )
+        assert not gate.exists()
+        assert DeadLetter.objects.get(job_id=hung.id).error_class == "jobqueue.errors.JobTimeout"
+    finally:
+        gate.write_text("go")
+        worker.stop()
+        thread.join(timeout=30)
+    assert worker.stats.timeouts == 1
+
+
+def test_a_lease_lost_before_its_job_started_is_forgotten_at_once():
+    """The heartbeat finds prefetched leases gone (swept while the database was away): the
+    worker stops holding those jobs, so they neither fill its claim window nor keep --burst up."""
+    from jobqueue.worker import Held
+
+    for n in range(3):
+        tasks.noop.enqueue(n)
+    worker = Worker(poll_interval=0.05, lease_seconds=30)
+    claimed = store.claim(worker_id=worker.worker_id, queues=None, limit=3, lease_seconds=30)
+    for job in claimed:
+        worker.held[job.pk] = Held(job)
+    worker.held[claimed[0].pk].started = 0.0  # this one is running
+    Job.objects.update(lease_token="taken-by-the-sweep-and-another-worker")
+    worker._heartbeat_if_due()
+    assert list(worker.held) == [claimed[0].pk] and worker.held[claimed[0].pk].lost
+    assert worker.stats.leases_lost == 3
