@@ -13,6 +13,7 @@ Every function takes `now` so tests can inject a clock.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -22,11 +23,13 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from jobqueue.conf import policy
+from jobqueue.listener import log_line
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState, WorkerRecord
 
 from . import postgresql, sqlite
 
 SWEEP_LIMIT = 100
+logger = logging.getLogger("jobqueue.sweep")
 
 
 def _dialect(using: str):
@@ -186,13 +189,32 @@ def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int
                 traceback="",
                 now=now,
             )
+            retry = job.attempts < job.max_attempts
             _retire(
                 job,
                 error,
-                retry_at=now if job.attempts < job.max_attempts else None,
+                retry_at=now if retry else None,
                 now=now,
                 using=using,
                 require_live_lease=False,
+            )
+            # The attempt's owner died or stalled, so it wrote no line of its own: say it here,
+            # once the sweep has committed.
+            fields = {
+                "job_id": job.pk,
+                "task": job.task_path,
+                "queue": job.queue_name,
+                "key": job.idempotency_key or "-",
+                "attempt": job.attempts,
+                "worker": job.locked_by,
+                "outcome": "retry" if retry else "dead",
+            }
+            level = logging.WARNING if retry else logging.ERROR
+            transaction.on_commit(
+                lambda level=level, fields=fields: log_line(
+                    logger, level, "lease_expired", **fields
+                ),
+                using=using,
             )
     return len(expired)
 
@@ -483,7 +505,13 @@ def replay(
                 outcome.skipped[letter.pk] = republished[letter.pk]
                 continue
             outcome.done[letter.pk] = None
+            # Which replay of the message this is: the letter follows its latest one, so the
+            # audit can tell "published" from "died again" per replay (as for django-q2).
+            ref = f"outbox:{letter.replays + 1}"
+            outcome.refs[letter.pk] = letter.replay_ref = ref
             outbox_done.append(letter)
+        for ref, pks in _group_by_ref(outbox_done).items():
+            DeadLetter.objects.using(using).filter(pk__in=pks).update(replay_ref=ref)
         for pk, (task_id, reason) in q2_store.requeue(q2_todo, now=now, using=using).items():
             if reason is not None:
                 outcome.skipped[pk] = reason
@@ -499,6 +527,13 @@ def replay(
         )
         _dialect(using).notify(connections[using], {job.queue_name for job in jobs})
     return outcome
+
+
+def _group_by_ref(letters) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = {}
+    for letter in letters:
+        groups.setdefault(letter.replay_ref, []).append(letter.pk)
+    return groups
 
 
 def discard(

@@ -1,8 +1,10 @@
 """SQLite statements of the store.
 
-Every store transaction runs as BEGIN IMMEDIATE (settings: transaction_mode), so the claim holds
-the database's single write lock from its first read: no other process can lease the same rows,
-and the subquery cannot see a concurrent claim's rows half-updated.
+Every store transaction runs as BEGIN IMMEDIATE (settings: transaction_mode), so a claim with its
+sweep holds the database's single write lock from its first read. A claim without the sweep is one
+UPDATE in autocommit: SQLite takes the write lock when a writing statement starts, before its
+subquery reads, so it is as exclusive. Either way no other process can lease the same rows, and
+the subquery cannot see a concurrent claim's rows half-updated.
 """
 
 from jobqueue.models import Job

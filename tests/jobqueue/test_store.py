@@ -150,22 +150,32 @@ def test_exhaustion_dead_letters_with_class_message_traceback_and_attempts():
     assert letter.state == DeadLetterState.PENDING and letter.replays == 0
 
 
-def test_final_attempt_crash_becomes_a_dead_letter_after_the_lease_expires():
+def test_final_attempt_crash_becomes_a_dead_letter_after_the_lease_expires(
+    caplog, django_capture_on_commit_callbacks
+):
     enqueue(max_attempts=1)
     [job] = claim(at(0), lease=1)  # the worker dies here, never acknowledging
     assert claim(at(0.9)) == []
     assert not DeadLetter.objects.exists()
-    assert claim(at(1)) == []  # the sweep in this claim retires it
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claim(at(1)) == []  # the sweep in this claim retires it
+    [line] = [r.getMessage() for r in caplog.records if r.name == "jobqueue.sweep"]
+    assert f"event=lease_expired job_id={job.pk}" in line and "worker=w1 outcome=dead" in line
     letter = DeadLetter.objects.get()
     assert letter.error_class == "jobqueue.errors.LeaseExpired"
     assert "w1" in letter.last_error
     assert Job.objects.get(pk=job.pk).state == JobState.DEAD
 
 
-def test_expired_lease_with_attempts_left_is_claimable_again_and_the_crash_is_recorded():
+def test_expired_lease_with_attempts_left_is_claimable_again_and_the_crash_is_recorded(
+    caplog, django_capture_on_commit_callbacks
+):
     enqueue(max_attempts=3)
     claim(at(0), lease=1)
-    [again] = claim(at(2), worker="w2")
+    with django_capture_on_commit_callbacks(execute=True):
+        [again] = claim(at(2), worker="w2")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "jobqueue.sweep"]
+    assert "attempt=1 worker=w1 outcome=retry" in line
     assert again.attempts == 2 and again.locked_by == "w2"
     assert again.errors[0]["exception_class_path"] == "jobqueue.errors.LeaseExpired"
 

@@ -78,7 +78,7 @@ class Command(BaseCommand):
             "--prefetch",
             type=int,
             default=None,
-            help="Jobs leased beyond the running ones (default 4 x concurrency).",
+            help="Jobs leased beyond the running ones (default: adapts to job duration, <= 100).",
         )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
         parser.add_argument(
