@@ -170,8 +170,13 @@ class ReplayItem(models.Model):
         return JOB_OUTCOMES[job.state]
 
     @property
+    def republished(self) -> bool:
+        """An outbox replay: the same message made pending again (no job, no django-q2 task)."""
+        return self.external_id.startswith("outbox:")
+
+    @property
     def external_outcome(self):
-        """A django-q2 replay's outcome, read from its dead letter: the letter follows its latest
+        """A django-q2 or outbox replay's outcome, read from its dead letter: the letter follows its latest
         replay (replaying → replayed, or pending again), and a later replay means this one died.
         `letter_state` may be preloaded as (state, replay_ref) by the selector."""
         state_ref = getattr(self, "letter_state", None)

@@ -261,3 +261,48 @@ def test_a_publisher_bug_is_recorded_on_the_message_and_retried(settings, clock)
     assert row.state == OutboxState.PENDING and row.attempts == 1
     assert row.errors[0]["exception_class_path"] == "builtins.KeyError"
     assert "Traceback" in row.errors[0]["traceback"]
+
+
+def test_an_outbox_dead_letter_replayed_through_the_cli_is_audited_with_its_outcome(
+    relay, hook_server, settings
+):
+    """Operators replay outbox letters like any other (same command, bounds and audit), and the
+    ledger says whether each republish was published or died again."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from deadletters.models import ReplayItem
+
+    call_command("createoperator", "oncall", role="operator", password="pw-pw-pw")
+    message_id = outbox.publish("nowhere.yet", {"n": 1})
+    relay.step()
+    letter = DeadLetter.objects.get(source="outbox")
+
+    def replay():
+        call_command(
+            "deadletters",
+            "replay",
+            "--job-type",
+            "outbox:nowhere.yet",
+            "--limit",
+            "10",
+            "--reason",
+            "route fixed",
+            "--operator",
+            "oncall",
+            stdout=StringIO(),
+        )
+        return ReplayItem.objects.latest("pk")
+
+    first = replay()  # the route is still missing: it dies again
+    assert first.republished and first.job_outcome == "pending"
+    relay.step()
+    assert first.job_outcome == "failed again"
+    settings.OUTBOX = {**settings.OUTBOX, "ROUTES": {"nowhere.*": "webhook:hooks"}}
+    second = replay()
+    relay.step()
+    assert hook_server.ids() == [message_id]
+    assert (first.job_outcome, second.job_outcome) == ("failed again", "succeeded")
+    letter.refresh_from_db()
+    assert letter.replays == 2 and letter.state == DeadLetterState.REPLAYED

@@ -107,7 +107,8 @@ class Command(BaseCommand):
                     "reason": item.run.reason,
                     "skip_reason": item.skip_reason,
                     "job": item.job_id,
-                    "django_q2_task": item.external_id or None,
+                    "django_q2_task": (item.external_id or None) if not item.republished else None,
+                    "republished": item.republished,
                     "replay_outcome": item.job_outcome,
                     "at": item.at,
                 }
