@@ -35,16 +35,30 @@ def claimed_lines(log_paths) -> Counter:
     return counts
 
 
-def check_invariants(ids, *, log_paths=()):
+def check_invariants(ids, *, log_paths=(), sink_lines=None):
+    """`sink_lines`: the append-only sink (one line per attempt that reached the effect)."""
     jobs = list(Job.objects.filter(pk__in=ids))
     assert len(jobs) == len(ids), "a ledger job is missing"
     states = Counter(job.state for job in jobs)
     assert set(states) <= {JobState.DONE, JobState.DEAD}, f"unfinished jobs: {states}"
-    effects = set(Execution.objects.values_list("idempotency_key", flat=True))
+    keys = [f"effect:{job.args[0]}" for job in jobs]
+    effects = Counter(
+        Execution.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+    )
+    assert max(effects.values(), default=0) <= 1, "an effect was done twice"
+    # Every done job has its effect; beyond those, only a job that died after its effect
+    # committed (killed before acknowledging, attempts exhausted) may have one.
+    assert states[JobState.DONE] <= len(effects) <= len(jobs)
+    reached = Counter(sink_lines) if sink_lines is not None else None
     for job in jobs:
         assert job.attempts <= job.max_attempts, f"job {job.pk} ran {job.attempts} times"
         if job.state == JobState.DONE:
             assert f"effect:{job.args[0]}" in effects, f"done job {job.pk} has no effect"
+        if reached is not None:
+            # Seen from outside the database: each attempt reaches the boundary at most once,
+            # and a done job's effect was reached by at least one.
+            assert reached[job.args[0]] <= job.attempts, f"job {job.pk}: more runs than attempts"
+            assert job.state != JobState.DONE or reached[job.args[0]] >= 1
     dead = [job.pk for job in jobs if job.state == JobState.DEAD]
     letters = DeadLetter.objects.filter(job_id__in=dead)
     assert letters.count() == len(dead), "a dead job has no dead letter"

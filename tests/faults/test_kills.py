@@ -41,7 +41,9 @@ def test_random_sigkills_under_load_lose_nothing_and_duplicate_no_effect(workers
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=60) for proc in live] == [0] * len(live)
 
-    states = check_invariants(ids, log_paths=[p.log_path for p in workers.procs])
+    states = check_invariants(
+        ids, log_paths=[p.log_path for p in workers.procs], sink_lines=workers.sink_lines()
+    )
     assert states[JobState.DONE] == 2000
     assert Job.objects.filter(pk__in=ids, attempts__gt=1).exists(), "kills should force retries"
 

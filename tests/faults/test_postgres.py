@@ -92,7 +92,7 @@ def test_terminating_every_worker_connection_under_load(workers):
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=60) for proc in procs] == [0, 0]
-    check_invariants(ids, log_paths=[p.log_path for p in procs])
+    check_invariants(ids, log_paths=[p.log_path for p in procs], sink_lines=workers.sink_lines())
     for proc in procs:
         # Bounded reconnects: a few lines per cut, not a flood.
         assert log(proc).count("event=database_error") <= 4 * rounds + 4
@@ -108,7 +108,7 @@ def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(worker
     wait_until(lambda: unfinished(ids) == 0, timeout=120, message="drained after the lock")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    check_invariants(ids, log_paths=[proc.log_path])
+    check_invariants(ids, log_paths=[proc.log_path], sink_lines=workers.sink_lines())
     assert set(Job.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {1}
 
 
@@ -188,4 +188,4 @@ def test_postgres_restart_under_load_loses_no_returned_enqueue(workers):
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-    check_invariants(returned)
+    check_invariants(returned, sink_lines=workers.sink_lines())
