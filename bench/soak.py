@@ -1,17 +1,21 @@
 """Soak: jobs through several worker processes for minutes, with faults on a schedule.
 
-    uv run python bench/soak.py [--jobs 50000] [--minutes 10] [--workers 4] [--restart-postgres]
+    uv run python bench/soak.py [--jobs 50000] [--minutes 10] [--workers 4] [--no-restart]
 
-Runs against its own PostgreSQL database (redrive_soak, dropped and re-created). Every few
+Runs against its own PostgreSQL database (redrive_soak, dropped and re-created). Jobs are
+enqueued at an even pace over the run (all of them, however slow the database gets). Every few
 seconds one fault: SIGKILL a worker (a replacement starts), SIGSTOP one past its lease and
 SIGCONT it, terminate every worker connection, hold an ACCESS EXCLUSIVE lock on the job table,
-and (with --restart-postgres) restart the cluster. Prints what ran and what the invariants say:
-missing and duplicate effects must both be 0. Not a test: figures, not assertions.
+and restart the cluster (where pg_ctlcluster exists, unless --no-restart). Prints what ran and
+what the invariants say: missing and duplicate effects must both be 0. Not a test: figures, not
+assertions.
 """
 
 import argparse
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +38,7 @@ def main():
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--fault-every", type=float, default=3.0, metavar="SECONDS")
-    parser.add_argument("--restart-postgres", action="store_true")
+    parser.add_argument("--no-restart", action="store_true", help="Never restart PostgreSQL.")
     parser.add_argument("--seed", type=int, default=1)
     opts = parser.parse_args()
 
@@ -86,19 +90,21 @@ def main():
 
     live = [start_worker() for _ in range(opts.workers)]
     ids: list[int] = []
-    deadline = time.monotonic() + opts.minutes * 60
-    per_round = max(1, opts.jobs // max(1, int(opts.minutes * 60 / 0.5)))
-    stop_producing = threading.Event()
+    started = time.monotonic()
+    deadline = started + opts.minutes * 60
 
     def produce():
         from django.db import OperationalError
 
         n = 0
-        while n < opts.jobs and not stop_producing.is_set():
-            batch = [
-                ((f"soak-{n + i}",), {"work_ms": rng.uniform(0, 4)})
-                for i in range(min(per_round, opts.jobs - n))
-            ]
+        while n < opts.jobs:
+            # An even pace: by now, this share of the jobs should be in.
+            due = opts.jobs * (time.monotonic() - started) / (deadline - started)
+            size = min(500, opts.jobs - n, max(0, int(due) - n))
+            if size == 0:
+                time.sleep(0.05)
+                continue
+            batch = [((f"soak-{n + i}",), {"work_ms": rng.uniform(0, 4)}) for i in range(size)]
             try:
                 results = task_backends["default"].enqueue_many(tasks.fault_effect, batch)
             except OperationalError:
@@ -108,13 +114,13 @@ def main():
                 continue
             ids.extend(int(r.id) for r in results)  # only enqueues that returned count
             n += len(batch)
-            time.sleep(0.5)
         connections.close_all()
 
     producer = threading.Thread(target=produce)
     producer.start()
 
-    kinds = ["kill", "stop", "terminate", "lock"] + (["restart"] if opts.restart_postgres else [])
+    restart = shutil.which("pg_ctlcluster") and not opts.no_restart
+    kinds = ["kill", "stop", "terminate", "lock"] + (["restart"] if restart else [])
     while time.monotonic() < deadline:
         time.sleep(opts.fault_every)
         kind = rng.choice(kinds)
@@ -150,8 +156,7 @@ def main():
         except Exception as exc:  # noqa: BLE001 - a fault that failed to fire is reported
             faults[f"{kind}_failed"] += 1
             print(f"fault {kind} failed: {exc}", file=sys.stderr)
-    stop_producing.set()
-    producer.join()
+    producer.join()  # every job goes in, even when the faults slowed the producer down
 
     connections.close_all()
     drain_until = time.monotonic() + 300
@@ -170,7 +175,11 @@ def main():
     exits = [proc.wait(timeout=60) for proc in alive]
 
     states = Counter(Job.objects.filter(pk__in=ids).values_list("state", flat=True))
-    effects = set(Execution.objects.values_list("idempotency_key", flat=True))
+    keys = [f"effect:soak-{n}" for n in range(opts.jobs)]
+    effects = Counter(
+        Execution.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+    )
+    duplicate_effects = sum(n - 1 for n in effects.values() if n > 1)
     done_keys = [
         a[0] for a in Job.objects.filter(pk__in=ids, state="done").values_list("args", flat=True)
     ]
@@ -182,11 +191,15 @@ def main():
             "started_at - run_after)) FROM jobqueue_job WHERE id = ANY(%s) AND attempts = 1",
             [ids],
         )
-        p99 = cursor.fetchone()[0]
-    db_errors = sum(
-        (workdir / f"worker-{i}.log").read_text().count("event=database_error")
-        for i in range(len(procs))
+        p99_wait = cursor.fetchone()[0]
+    logs = [(workdir / f"worker-{i}.log").read_text() for i in range(len(procs))]
+    db_errors = sum(text.count("event=database_error") for text in logs)
+    claims = sorted(
+        float(ms)
+        for text in logs
+        for ms in re.findall(r"event=claim_batch .*duration_ms=([\d.]+)", text)
     )
+    p99_claim = claims[int(len(claims) * 0.99)] if claims else float("nan")
     print(f"soak: {opts.minutes:g} min, {opts.workers} workers, {len(ids)} jobs enqueued")
     print(
         f"  done {states.get('done', 0)}, dead {states.get('dead', 0)}, "
@@ -205,10 +218,14 @@ def main():
         f"  (must be 0)"
     )
     print(
-        f"  duplicate effects: {len(done_keys) - len(set(done_keys))}, done without effect: "
-        f"{done_without_effect}  (must be 0)"
+        f"  duplicate effects: {duplicate_effects}, done without effect: "
+        f"{done_without_effect}  (must be 0); distinct effects {len(effects)} "
+        f"(done {states.get('done', 0)})"
     )
-    print(f"  p99 claim latency (first attempts, run_after -> started): {p99 * 1000:.0f} ms")
+    print(
+        f"  p99 claim latency: {p99_claim:.1f} ms over {len(claims)} claim statements; "
+        f"p99 queue wait (first attempts, run_after -> started): {p99_wait * 1000:.0f} ms"
+    )
     print(f"  logs: {workdir}")
 
 

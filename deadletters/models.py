@@ -176,8 +176,9 @@ class ReplayItem(models.Model):
 
     @property
     def external_outcome(self):
-        """A django-q2 or outbox replay's outcome, read from its dead letter: the letter follows its latest
-        replay (replaying → replayed, or pending again), and a later replay means this one died.
+        """A django-q2 or outbox replay's outcome, read from its dead letter: the letter follows
+        its latest replay (replaying → replayed, or pending again), and a later replay means this
+        one died.
         `letter_state` may be preloaded as (state, replay_ref) by the selector."""
         state_ref = getattr(self, "letter_state", None)
         if state_ref is None:

@@ -282,6 +282,7 @@ class Worker:
             sweep = now_mono - self._last_sweep >= self.sweep_interval
             if sweep:
                 self._last_sweep = now_mono
+            claim_started = time.monotonic()
             jobs = store.claim(
                 worker_id=self.worker_id,
                 queues=self.queues,
@@ -295,7 +296,11 @@ class Worker:
             if jobs:
                 fault_point("after_claim")
                 logger.info(
-                    "event=claim_batch worker=%s n=%d limit=%d", self.worker_id, len(jobs), limit
+                    "event=claim_batch worker=%s n=%d limit=%d duration_ms=%.1f",
+                    self.worker_id,
+                    len(jobs),
+                    limit,
+                    (time.monotonic() - claim_started) * 1000,
                 )
             for job in jobs:
                 self.stats.claimed += 1
