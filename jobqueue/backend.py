@@ -18,6 +18,8 @@ look for options, and the idempotency key is one more `using()` option.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -26,7 +28,7 @@ from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
+from django.tasks.signals import log_task_enqueued, task_enqueued
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
@@ -106,7 +108,7 @@ class DatabaseBackend(BaseTaskBackend):
     def enqueue(self, task, args, kwargs):
         job, created = store.enqueue(self.new_job(task, args, kwargs), using=self.database)
         result = self.result_for(job, task)
-        if created:
+        if created and wants(task_enqueued, log_task_enqueued):
             task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -118,9 +120,10 @@ class DatabaseBackend(BaseTaskBackend):
         self.validate_task(task)
         news = [self.new_job(task, args, kwargs, validated=True) for args, kwargs in calls]
         results = []
+        signal = wants(task_enqueued, log_task_enqueued)
         for job, created in store.enqueue_many(news, using=self.database):
             result = self.result_for(job, task)
-            if created:
+            if created and signal:
                 task_enqueued.send(type(self), task_result=result)
             results.append(result)
         return results
@@ -173,3 +176,16 @@ def load_task(path: str) -> DjangoTask:
     if not isinstance(task, DjangoTask):
         raise TypeError(f"{path} is a {type(task).__name__}, not a task")
     return task
+
+
+def wants(signal, builtin_logger) -> bool:
+    """Is a task signal worth sending? Not when its only receiver is Django's own log line and
+    that logger is quiet: dispatching it per job costs more than a quick job itself."""
+    if logging.getLogger("django.tasks").isEnabledFor(logging.INFO):
+        return signal.has_listeners()
+    for entry in signal.receivers:
+        ref = entry[1]
+        target = ref() if isinstance(ref, weakref.ReferenceType) else ref
+        if target is not None and target is not builtin_logger:
+            return True
+    return False

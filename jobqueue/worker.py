@@ -22,7 +22,6 @@ import threading
 import time
 import traceback as tb
 import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,7 +40,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from jobqueue import store
-from jobqueue.backend import DatabaseBackend, load_task
+from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
@@ -703,19 +702,6 @@ class Worker:
         )
         listener.start()
         return listener
-
-
-def wants(signal, builtin_logger) -> bool:
-    """Is a task signal worth a TaskResult? Not when its only receiver is Django's own log
-    line and that logger is quiet: building a result per job costs more than the job itself."""
-    if logging.getLogger("django.tasks").isEnabledFor(logging.INFO):
-        return signal.has_listeners()
-    for entry in signal.receivers:
-        ref = entry[1]
-        target = ref() if isinstance(ref, weakref.ReferenceType) else ref
-        if target is not None and target is not builtin_logger:
-            return True
-    return False
 
 
 class TaskCache:

@@ -307,3 +307,11 @@ def test_factories_build_consistent_rows():
     running = JobFactory(running=True)
     assert running.lease_token and running.locked_until
     assert DeadLetterFactory(permanent=True).attempts == 1
+
+
+def test_a_new_job_carries_every_column_of_the_model():
+    """store._job_from skips Model.__init__: a column it forgot would be a deferred field that
+    silently queries the database when read."""
+    job = store._job_from(store.NewJob(task_path="t"), now=T0)
+    assert {f.attname for f in Job._meta.concrete_fields} <= set(vars(job))
+    assert job.get_deferred_fields() == set()
