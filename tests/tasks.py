@@ -41,6 +41,17 @@ def effect(key: str):
 
 
 # A long backoff: a retry is never due within the same burst run unless a clock says so.
+@task(max_attempts=1)
+def effect_then_fails(key: str, fail_while: str):
+    """Its effect commits, then it fails for good while the file `fail_while` exists."""
+    _sink(key)
+    with jobqueue.once(f"effect:{key}", job_type="tests.effect_then_fails"):
+        pass
+    if Path(fail_while).exists():
+        raise PermanentError("the step after the effect failed")
+    return "done"
+
+
 @task(max_attempts=3, backoff_base=30.0, backoff_cap=60.0)
 def always_fails(message="dependency unavailable"):
     raise ConnectionError(message)

@@ -287,3 +287,53 @@ def test_a_lease_lost_before_its_job_started_is_forgotten_at_once():
     worker._heartbeat_if_due()
     assert list(worker.held) == [claimed[0].pk] and worker.held[claimed[0].pk].lost
     assert worker.stats.leases_lost == 3
+
+
+def test_a_replay_after_the_effect_committed_finishes_without_a_second_effect(tmp_path):
+    """Seed 002: the job died after its effect; the replay runs it again, the key holds the
+    effect back, and the job ends done with one effect."""
+    broken = tmp_path / "broken"
+    broken.write_text("")
+    result = tasks.effect_then_fails.enqueue("order-9", str(broken))
+    burst()
+    letter = DeadLetter.objects.get(job_id=result.id)
+    assert Execution.objects.filter(idempotency_key="effect:order-9").count() == 1
+    broken.unlink()  # the dependency is repaired
+    [replayed] = store.replay([letter.pk]).done.values()
+    burst()
+    assert Job.objects.get(pk=replayed.pk).state == JobState.DONE
+    assert Execution.objects.filter(idempotency_key="effect:order-9").count() == 1
+    letter.refresh_from_db()
+    assert letter.state == "replayed"
+
+
+def test_two_copies_of_a_job_at_once_do_its_effect_once():
+    """Seed 002: two copies run at the same moment on two connections; the key lets one do the
+    work and the other waits for it, then sees it done."""
+    import jobqueue
+
+    inside, release = threading.Event(), threading.Event()
+    firsts: list[bool] = []
+
+    def copy(hold: bool):
+        try:
+            with jobqueue.once("effect:twin", job_type="tests.twin") as first:
+                firsts.append(first)
+                if hold:
+                    inside.set()
+                    release.wait(10)  # still uncommitted while the second copy arrives
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=copy, args=(True,))
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=copy, args=(False,))
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive(), "the second copy should wait on the first one's key"
+    release.set()
+    first.join(timeout=10)
+    second.join(timeout=10)
+    assert sorted(firsts) == [False, True]
+    assert Execution.objects.filter(idempotency_key="effect:twin").count() == 1
