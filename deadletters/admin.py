@@ -4,6 +4,8 @@ The audit log is append-only: no add, change or delete, and no bulk actions.
 """
 
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from jobqueue.models import DeadLetter
 
@@ -39,24 +41,6 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
-class ReplayItemInline(admin.TabularInline):
-    model = ReplayItem
-    fields = ["dead_letter_id", "task_path", "outcome", "job_id", "skip_reason", "batch", "at"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(ReplayRun)
 class ReplayRunAdmin(ReadOnlyAdmin):
     list_display = [
@@ -71,7 +55,20 @@ class ReplayRunAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["action", "state"]
     search_fields = ["operator_name", "reason"]
-    inlines = [ReplayItemInline]
+
+    # A run can hold 100,000 items: link to them (paginated) rather than inline them all.
+    @admin.display(description="Ledger")
+    def ledger(self, run):
+        items = reverse("admin:deadletters_replayitem_changelist") + f"?run__id__exact={run.pk}"
+        return format_html(
+            '<a href="{}">{} item(s)</a> · <a href="{}">run page in the console</a>',
+            items,
+            run.processed,
+            reverse("deadletters:run", args=[run.pk]),
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), "ledger"]
 
 
 @admin.register(ReplayItem)

@@ -362,7 +362,12 @@ def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
     if f.operator:
         runs = runs.filter(operator_name=f.operator)
     if f.job_type:
-        runs = runs.filter(pk__in=ReplayItem.objects.filter(task_path=f.job_type).values("run_id"))
+        # The run's recorded job types find it before its first batch (queued, paused); the
+        # ledger finds runs older than that record.
+        runs = runs.filter(
+            Q(job_types__icontains=json.dumps(f.job_type))
+            | Q(pk__in=ReplayItem.objects.filter(task_path=f.job_type).values("run_id"))
+        )
     if f.since:
         runs = runs.filter(created_at__gte=f.since)
     if f.until:

@@ -39,6 +39,18 @@ def test_admin_is_read_only_and_cannot_delete_audit_rows(superuser_client):
     assert ReplayRun.objects.count() == 1 and ReplayItem.objects.count() == 1
 
 
+def test_a_run_in_the_admin_links_to_its_ledger_instead_of_inlining_it(superuser_client):
+    item = ReplayItemFactory()
+    other = ReplayItemFactory()
+    page = superuser_client.get(reverse("admin:deadletters_replayrun_change", args=[item.run.pk]))
+    ledger = f"/admin/deadletters/replayitem/?run__id__exact={item.run.pk}"
+    assert ledger.encode() in page.content.replace(b"&amp;", b"&")
+    assert f"dead letter {other.dead_letter_id} in run".encode() not in page.content
+    listed = superuser_client.get(ledger)
+    assert listed.status_code == 200
+    assert listed.context["cl"].result_count == 1
+
+
 def test_dead_letter_admin_is_read_only(superuser_client):
     letter = DeadLetterFactory()
     change = reverse("admin:jobqueue_deadletter_change", args=[letter.pk])

@@ -315,6 +315,25 @@ def test_audit_page_lists_runs_and_filters(viewer_client, operator_client, admin
     ledger = viewer_client.get(reverse("deadletters:run", args=[run.pk])).content.decode()
     item = ReplayItem.objects.get(run=run)
     assert f"#{a.pk}" in ledger and f"{item.job_id} (pending)" in ledger
+    Job.objects.filter(pk=item.job_id).update(state="dead")  # the replay died too
+    ledger = viewer_client.get(reverse("deadletters:run", args=[run.pk])).content.decode()
+    assert f"{item.job_id} (dead again)" in ledger
+
+
+def test_audit_finds_a_run_by_job_type_before_its_first_batch(
+    viewer_client, operator_client, settings
+):
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    letters = DeadLetterFactory.create_batch(5, task_path="shop.slow_one")
+    confirm_url = operator_client.post(
+        PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}
+    )["Location"]
+    operator_client.post(confirm_url, {"reason": "queued for the runner"})
+    assert not ReplayItem.objects.exists()  # nothing processed yet: the runner has not run
+    found = viewer_client.get(reverse("deadletters:audit"), {"job_type": "shop.slow_one"})
+    assert "queued for the runner" in found.content.decode()
+    other = viewer_client.get(reverse("deadletters:audit"), {"job_type": "shop.slow"})
+    assert "queued for the runner" not in other.content.decode()
 
 
 def test_audit_has_no_write_endpoints(operator_client):
