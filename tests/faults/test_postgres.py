@@ -114,13 +114,12 @@ def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(worker
 
 def test_claims_are_exclusive_and_bounded_even_off_the_usual_plan(workers):
     ids = enqueue_ledger(20_000, "excl", work_ms=0)
-    env = {
-        "PGOPTIONS": "-c enable_hashjoin=off -c enable_mergejoin=off",
-        "JOBQUEUE_LOG_LEVEL": "INFO",
-    }
+    usual = {"JOBQUEUE_LOG_LEVEL": "INFO"}
+    off_plan = {**usual, "PGOPTIONS": "-c enable_hashjoin=off -c enable_mergejoin=off"}
+    # Half on the usual plan, half pushed off it, all competing for the same rows.
     procs = [
         workers.start("--concurrency", "2", "--prefetch", "30", "--burst", env=env)
-        for _ in range(8)
+        for env in [usual] * 4 + [off_plan] * 4
     ]
     assert [p.wait(timeout=600) for p in procs] == [0] * 8
     assert unfinished(ids) == 0
