@@ -44,7 +44,7 @@ from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
-from jobqueue.listener import FaultPoints, Listener, log_line, logfmt
+from jobqueue.listener import FaultPoints, Listener, logfmt
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
@@ -59,18 +59,18 @@ fault_point = FaultPoints(
 
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
-    """One line per job event: event=… job_id=… task=… queue=… key=… attempt=…"""
-    log_line(
-        logger,
-        level,
-        event,
-        job_id=job.pk,
-        task=job.task_path,
-        queue=job.queue_name,
-        key=job.idempotency_key or "-",
-        attempt=job.attempts,
-        **fields,
+    """One line per job event: event=… job_id=… task=… queue=… key=… attempt=… (two per job
+    at INFO, so written without the generic helper's intermediate dict)."""
+    if not logger.isEnabledFor(level):
+        return
+    text = (
+        f"event={event} job_id={job.pk} task={logfmt(job.task_path)} "
+        f"queue={logfmt(job.queue_name)} key={logfmt(job.idempotency_key or '-')} "
+        f"attempt={job.attempts}"
     )
+    if fields:
+        text += " " + " ".join(f"{k}={logfmt(v)}" for k, v in fields.items())
+    logger.log(level, text)
 
 
 @dataclass

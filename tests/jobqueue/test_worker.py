@@ -337,3 +337,21 @@ def test_two_copies_of_a_job_at_once_do_its_effect_once():
     second.join(timeout=10)
     assert sorted(firsts) == [False, True]
     assert Execution.objects.filter(idempotency_key="effect:twin").count() == 1
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (42, "42"),
+        ("plain.value", "plain.value"),
+        ("", '""'),
+        ("two words", '"two words"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("a=b", '"a=b"'),
+        ("line\nbreak", '"line\\nbreak"'),
+    ],
+)
+def test_log_values_are_quoted_only_when_logfmt_needs_it(value, text):
+    from jobqueue.listener import logfmt
+
+    assert logfmt(value) == text
