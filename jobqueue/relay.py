@@ -138,6 +138,7 @@ class Relay:
             self.lease_seconds,
             self.burst,
         )
+        self._warn_of_slow_destinations()
         self.listener = self._start_listener()
         try:
             while not self.stopping:
@@ -312,6 +313,25 @@ class Relay:
         except Exception as exc:  # noqa: BLE001 - recorded and retried, never silent
             publisher.close()
             return exc, "".join(tb.format_exception(exc))
+
+    def _warn_of_slow_destinations(self):
+        """Leases are extended between messages, not during one: a destination whose timeouts
+        let one publish outlast half the lease could see a message sent by two relays at once."""
+        for name, config in (setting("DESTINATIONS") or {}).items():
+            timeout = float(config.get("timeout", 10.0))
+            worst = float(config.get("connect_timeout", timeout)) + float(
+                config.get("read_timeout", timeout)
+            )
+            if worst >= self.lease_seconds / 2:
+                logger.warning(
+                    "event=destination_slower_than_lease relay=%s destination=%s "
+                    "connect_plus_read=%.1fs lease=%.1fs advice=%s",
+                    self.relay_id,
+                    logfmt(name),
+                    worst,
+                    self.lease_seconds,
+                    logfmt("keep a destination's timeouts under half of OUTBOX LEASE_SECONDS"),
+                )
 
     def _keep_leases(self, pending: Sequence[OutboxMessage]) -> list[OutboxMessage]:
         """Heartbeat: with under half the lease left, extend the leases of the rest."""

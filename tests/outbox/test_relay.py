@@ -306,3 +306,13 @@ def test_an_outbox_dead_letter_replayed_through_the_cli_is_audited_with_its_outc
     assert (first.job_outcome, second.job_outcome) == ("failed again", "succeeded")
     letter.refresh_from_db()
     assert letter.replays == 2 and letter.state == DeadLetterState.REPLAYED
+
+
+def test_a_destination_slower_than_half_the_lease_is_flagged_at_start(settings, caplog):
+    """Leases are renewed between messages: a publish that can outlast half the lease risks a
+    second relay sending the same message, so the relay says so when it starts."""
+    settings.OUTBOX = outbox_config()  # hooks: 2 s connect + 5 s read
+    Relay(relay_id="quick", lease_seconds=30, burst=True).run()
+    assert "destination_slower_than_lease" not in caplog.text
+    Relay(relay_id="tight", lease_seconds=10, burst=True).run()
+    assert "destination_slower_than_lease relay=tight destination=hooks" in caplog.text
