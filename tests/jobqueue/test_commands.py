@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -19,6 +20,12 @@ from tests.conftest import BASE_DIR
         (["tests.tasks.add", "--args", "[1,"], "--args is not valid JSON"),
         (["tests.tasks.add", "--args", "{}"], "--args must be a JSON array"),
         (["tests.tasks.add", "--kwargs", "[]"], "--kwargs must be a JSON object"),
+        (["tests.tasks.add", "--args", "[NaN, 1]"], "JSON-serialisable"),
+        (["tests.tasks.add", "--args", "[1e999, 1]"], "JSON-serialisable"),
+        (["tests.tasks.noop", "--args", json.dumps(["x" * 1_100_000])], "over the"),
+        (["tests.tasks.add", "--args", "[1, 2, 3]"], "arguments do not fit tests.tasks.add"),
+        (["tests.tasks.add", "--kwargs", '{"c": 1}'], "arguments do not fit"),
+        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "-5"], "--delay must be 0 or more"),
     ],
 )
 @pytest.mark.django_db
@@ -27,6 +34,31 @@ def test_enqueue_rejects_bad_input_with_status_2(argv, message):
         call_command("enqueue", *argv)
     assert info.value.returncode == 2
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_enqueue_options_reach_the_job():
+    from io import StringIO
+
+    from django.utils import timezone
+
+    out = StringIO()
+    call_command(
+        "enqueue",
+        "tests.tasks.add",
+        "--kwargs",
+        '{"a": 1, "b": 2}',
+        "--queue",
+        "mail",
+        "--priority",
+        "7",
+        "--delay",
+        "60",
+        stdout=out,
+    )
+    job = Job.objects.get(pk=int(out.getvalue()))
+    assert (job.kwargs, job.queue_name, job.priority) == ({"a": 1, "b": 2}, "mail", 7)
+    assert job.run_after > timezone.now() + timedelta(seconds=50)
 
 
 def manage(*argv, env):

@@ -1,3 +1,4 @@
+import inspect
 import json
 from datetime import timedelta
 
@@ -48,6 +49,14 @@ class Command(BaseCommand):
             task = load_task(opts["task_path"])
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             raise usage_error(f"unknown task {opts['task_path']!r}: {exc}") from exc
+        try:
+            # Arguments the task cannot take would only dead-letter later: refuse them now.
+            context = [None] if task.takes_context else []
+            inspect.signature(task.func).bind(*context, *task_args, **task_kwargs)
+        except TypeError as exc:
+            raise usage_error(f"arguments do not fit {opts['task_path']}: {exc}") from exc
+        if opts["delay"] is not None and opts["delay"] < 0:
+            raise usage_error("--delay must be 0 or more seconds")
         try:
             task = task.using(
                 queue_name=opts["queue"],
