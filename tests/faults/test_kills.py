@@ -2,11 +2,12 @@
 
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from jobqueue import store
@@ -132,8 +133,25 @@ def test_replay_while_still_broken_returns_to_the_dead_letters_once(workers):
     Job.objects.filter(pk=result.id).update(max_attempts=1)
     workers.run("--burst")
     letter = DeadLetter.objects.get()
-    first, double = store.replay([letter.pk]), store.replay([letter.pk])
-    assert len(first.done) == 1 and double.done == {}
+    # Double submit: two replays of the same item at the same moment, on two connections.
+    barrier, outcomes = threading.Barrier(2), []
+
+    def submit():
+        try:
+            barrier.wait(timeout=10)
+            outcomes.append(store.replay([letter.pk]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=submit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(len(o.done) for o in outcomes) == [0, 1]
+    assert [r for o in outcomes for r in o.skipped.values()] == [
+        "an earlier replay is still pending"
+    ]
     workers.run("--burst")
     letter.refresh_from_db()
     assert letter.state == "pending" and letter.replays == 1

@@ -224,12 +224,19 @@ class Command(BaseCommand):
         for proc in workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in workers:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        try:
+            for proc in workers:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        except KeyboardInterrupt:
+            # A second Ctrl-C: no more waiting, but no process left behind either.
+            for proc in workers:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         self.stdout.write("Stopped.")
 
     def outage_over(self):
