@@ -92,3 +92,26 @@ def test_documented_shell_sequence(workers):
     [row] = [json.loads(line) for line in listing.stdout.splitlines()]
     assert row["id"] == job_id and row["state"] == JobState.DONE and row["attempts"] == 1
     assert Job.objects.get(pk=job_id).return_value == 5
+
+
+@pytest.mark.django_db
+def test_the_readmes_literal_commands_run(capsys):
+    """The README's runnable lines for enqueue and queuehealth, exactly as written there."""
+    import shlex
+
+    readme = (BASE_DIR / "README.md").read_text()
+    lines = [
+        line.split("  #")[0].strip()
+        for line in readme.splitlines()
+        if line.startswith("uv run manage.py enqueue ")
+        or line.startswith("uv run manage.py queuehealth")
+    ]
+    assert len(lines) >= 3
+    for line in lines:
+        argv = shlex.split(line)[3:]  # after `uv run manage.py`
+        try:
+            call_command(*argv)
+        except SystemExit as exit:  # --fail-if exits 1 when a threshold is crossed
+            assert exit.code in (0, 1), line
+    enqueued = Job.objects.get(task_path="demo.tasks.send_receipt")
+    assert (enqueued.args, enqueued.idempotency_key) == ([1], "receipt:1")
