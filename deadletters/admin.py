@@ -9,7 +9,7 @@ from django.utils.html import format_html
 
 from jobqueue.models import DeadLetter
 
-from .models import ReplayItem, ReplayRun, Selection
+from .models import ReplayItem, ReplayRun, RunEvent, Selection
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -80,3 +80,9 @@ class ReplayItemAdmin(ReadOnlyAdmin):
 @admin.register(Selection)
 class SelectionAdmin(ReadOnlyAdmin):
     list_display = ["id", "operator", "action", "created_at"]
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "action", "operator_name", "at"]
+    list_filter = ["action"]

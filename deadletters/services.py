@@ -9,16 +9,33 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+from functools import reduce
+from operator import or_
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter
 
 from . import conf
-from .models import ACTIVE_STATES, Action, Outcome, ReplayItem, ReplayRun, RunState, Selection
+from .models import (
+    ACTIVE_STATES,
+    Action,
+    Outcome,
+    PendingCount,
+    ReplayItem,
+    ReplayRun,
+    RunControl,
+    RunEvent,
+    RunState,
+    Selection,
+)
 from .selectors import POISON_REASON, in_chunks
+
+PREVIEW_LIFETIME = timedelta(days=1)
 
 
 class RefusedError(ValueError):
@@ -32,12 +49,15 @@ def freeze_selection(*, operator, action: str, ids, filter: dict | None = None, 
         raise RefusedError("Select at least one dead letter.")
     if len(ids) > conf.get("MAX_SELECTION"):
         raise RefusedError(f"A selection holds at most {conf.get('MAX_SELECTION'):,} items.")
+    now = now or timezone.now()
+    # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run).
+    Selection.objects.filter(run__isnull=True, created_at__lt=now - PREVIEW_LIFETIME).delete()
     return Selection.objects.create(
         operator=operator,
         action=action,
         filter=filter or {},
         dead_letter_ids=ids,
-        created_at=now or timezone.now(),
+        created_at=now,
     )
 
 
@@ -128,6 +148,7 @@ def process_batch(run_id: int, *, generation: int | None = None, now=None) -> Ba
             return BatchResult(0, False, run.rate)
         now = now or timezone.now()
         ids = run.selection.dead_letter_ids[run.processed : run.processed + run.batch_size]
+        _lock_in_order(ids)
         batch_no = run.batches + 1
         if run.action == Action.REPLAY:
             done, skipped, refs = _replay(ids, allow_poisoned=run.allow_poisoned, now=now)
@@ -168,6 +189,30 @@ def process_batch(run_id: int, *, generation: int | None = None, now=None) -> Ba
             run.state, run.finished_at = RunState.FINISHED, now
         run.save()
         return BatchResult(len(ids), run.state in ACTIVE_STATES, run.rate)
+
+
+def _lock_in_order(ids):
+    """Lock the batch's letters, then the counter rows their triggers will change, each in id
+    order: the order every writer follows (a worker burying a letter locks it, then its
+    counter), so two batches, or a batch and a worker, wait for each other instead of
+    deadlocking on the counters."""
+    keys = set(
+        DeadLetter.objects.select_for_update()
+        .filter(pk__in=ids)
+        .order_by("pk")
+        .values_list("task_path", "queue_name", "error_class")
+    )
+    if keys:
+        same_counter = reduce(
+            or_,
+            (Q(task_path=t, queue_name=q, error_class=e) for t, q, e in sorted(keys)),
+        )
+        list(
+            PendingCount.objects.select_for_update()
+            .filter(same_counter)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
 
 
 def _replay(ids, *, allow_poisoned: bool, now):
@@ -220,8 +265,20 @@ def _stop(run, state, *, operator, now) -> bool:
             updated_at=now,
             **({"finished_at": now} if state == RunState.CANCELLED else {}),
         )
+        if changed:
+            _record_control(run, RunControl(state), operator, now)
     run.refresh_from_db()
     return bool(changed)
+
+
+def _record_control(run, action, operator, now):
+    RunEvent.objects.create(
+        run_id=run.pk,
+        action=action,
+        operator=operator,
+        operator_name=operator.get_username(),
+        at=now,
+    )
 
 
 def resume(run: ReplayRun, *, operator, now=None) -> bool:
@@ -236,6 +293,7 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
         locked.stopped_by = ""
         locked.updated_at = now
         locked.save()
+        _record_control(locked, RunControl.RESUMED, operator, now)
         _enqueue_runner(locked)
     run.refresh_from_db()
     return True

@@ -236,3 +236,24 @@ def test_background_runner_on_a_real_worker(small_batches):
         JobState.DONE
     }
     assert {item.job_outcome for item in run.items.select_related("job")} == {"succeeded"}
+
+
+def test_previews_nobody_confirmed_expire_after_a_day_and_runs_keep_theirs(operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deadletters.models import Selection
+
+    letter = DeadLetterFactory()
+    long_ago = timezone.now() - timedelta(days=2)
+    abandoned = services.freeze_selection(
+        operator=operator, action="replay", ids=[letter.pk], now=long_ago
+    )
+    confirmed = services.freeze_selection(
+        operator=operator, action="replay", ids=[letter.pk], now=long_ago
+    )
+    services.start_run(operator=operator, selection=confirmed, reason="then")
+    fresh = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+    assert set(Selection.objects.values_list("pk", flat=True)) == {confirmed.pk, fresh.pk}
+    assert not Selection.objects.filter(pk=abandoned.pk).exists()

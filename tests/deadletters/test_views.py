@@ -275,9 +275,19 @@ def test_run_page_progress_and_controls(operator_client, settings):
     assert run.state == "paused"
     again = operator_client.post(pause, headers={"HX-Request": "true"}).content.decode()
     assert "The run is paused; nothing to pause." in again  # in the swapped partial itself
+    resume = reverse("deadletters:run-control", args=[run.pk, "resume"])
+    operator_client.post(resume, headers={"HX-Request": "true"})
     operator_client.post(reverse("deadletters:run-control", args=[run.pk, "cancel"]))
     run.refresh_from_db()
     assert run.state == "cancelled"
+    # Every control is on record, in order, with who did it (the run keeps only the last).
+    assert [(e.action, e.operator_name) for e in run.events.all()] == [
+        ("paused", "operator"),
+        ("resumed", "operator"),
+        ("cancelled", "operator"),
+    ]
+    page = operator_client.get(run_url).content.decode()
+    assert "Paused by operator" in page and "Resumed by operator" in page
 
 
 def test_viewer_cannot_control_runs(viewer_client, operator_client, settings):
