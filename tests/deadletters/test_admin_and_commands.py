@@ -115,6 +115,18 @@ def test_cli_list_and_show(cli_operator):
         run_cli("show", "999999")
 
 
+def test_cli_lists_and_filters_by_source(cli_operator):
+    ours = DeadLetterFactory(task_path="shop.receipt")
+    theirs = DeadLetterFactory(task_path="legacy.sync", source="django_q2")
+    listed = [
+        json.loads(line) for line in run_cli("list", "--source", "django_q2", "--json").splitlines()
+    ]
+    assert [row["id"] for row in listed] == [theirs.pk]
+    assert ours.pk in [json.loads(line)["id"] for line in run_cli("list", "--json").splitlines()]
+    with pytest.raises(CommandError):
+        run_cli("list", "--source", "celery")
+
+
 def test_cli_replay_by_filter_uses_the_same_bounds_and_audit(cli_operator, settings):
     settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
     letters = DeadLetterFactory.create_batch(5, task_path="shop.receipt")

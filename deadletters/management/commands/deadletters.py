@@ -10,6 +10,7 @@ from deadletters.models import Action
 from deadletters.views import ACTION_PERMISSION, POISON, VIEW
 from jobqueue.models import DeadLetter, DeadLetterState
 
+SOURCES = ["jobqueue", "outbox", "django_q2"]
 LIST_FIELDS = [
     "id",
     "source",
@@ -58,6 +59,9 @@ class Command(BaseCommand):
         parser.add_argument("--job-type", default="")
         parser.add_argument("--error-class", default="")
         parser.add_argument("--queue", default="")
+        parser.add_argument(
+            "--source", default="", choices=["", *SOURCES], help="jobqueue, outbox or django_q2."
+        )
 
     def handle(self, *args, **opts):
         return getattr(self, f"do_{opts['command']}")(opts)
@@ -67,6 +71,7 @@ class Command(BaseCommand):
             job_type=opts["job_type"],
             error_class=opts["error_class"],
             queue=opts["queue"],
+            source=opts["source"],
             state=opts["state"] or "",
         )
         rows = list(
@@ -135,9 +140,12 @@ class Command(BaseCommand):
         if allow_poisoned and not operator.has_perm(POISON):
             raise CommandError(f"{operator} may not replay items past the poison limit.")
         f = selectors.ListFilter(
-            job_type=opts["job_type"], error_class=opts["error_class"], queue=opts["queue"]
+            job_type=opts["job_type"],
+            error_class=opts["error_class"],
+            queue=opts["queue"],
+            source=opts["source"],
         )
-        has_filter = any(opts[name] for name in ("job_type", "error_class", "queue"))
+        has_filter = any(opts[name] for name in ("job_type", "error_class", "queue", "source"))
         if opts["ids"]:
             if has_filter:
                 raise CommandError("Give ids or a filter, not both.")
