@@ -13,7 +13,7 @@ from datetime import timedelta
 from functools import reduce
 from operator import or_
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -97,6 +97,9 @@ def start_run(
         }
     )
     with transaction.atomic():
+        # Locked so it cannot expire (freeze_selection's clean-up) or be confirmed twice meanwhile.
+        if not Selection.objects.select_for_update().filter(pk=selection.pk).exists():
+            raise RefusedError("This preview has expired: preview the selection again.")
         run = ReplayRun.objects.create(
             action=selection.action,
             selection=selection,
@@ -133,7 +136,28 @@ class BatchResult:
     rate: float
 
 
+DEADLOCK_RETRIES = 3
+
+
 def process_batch(run_id: int, *, generation: int | None = None, now=None) -> BatchResult:
+    """Carry out the next batch of a run in one transaction with its ledger rows; a batch
+    PostgreSQL chose as a deadlock victim (a sweep burying letters of the same counters in its
+    own order) is rolled back whole, so it is simply tried again."""
+    for attempt in range(1, DEADLOCK_RETRIES + 1):
+        try:
+            return _process_batch(run_id, generation=generation, now=now)
+        except OperationalError as exc:
+            deadlock = getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "40P01"
+            if (
+                not deadlock
+                or attempt == DEADLOCK_RETRIES
+                or transaction.get_connection().in_atomic_block
+            ):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _process_batch(run_id: int, *, generation: int | None = None, now=None) -> BatchResult:
     """Carry out the next batch of a run in one transaction with its ledger rows.
 
     The run row is locked first, so two runners of one run take turns and never read the same

@@ -81,6 +81,7 @@ class Held:
     started: float | None = None  # monotonic time the handler began, None while buffered
     lost: bool = False
     thread: threading.Thread | None = None  # the handler running it
+    returned: bool = False  # its handler is done; the outcome waits to be settled
 
 
 @dataclass
@@ -152,6 +153,8 @@ class Worker:
         self._handler_serial = 1
         # Handler threads given up on (a job past its timeout): each exits once its job returns.
         self._abandoned: set[threading.Thread] = set()
+        self._start_lock = threading.Lock()
+        self.exit_code = 0
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
         self._db_backoff = 0.0
@@ -245,7 +248,7 @@ class Worker:
             self.stats.timeouts,
             self.stats.db_errors,
         )
-        return 0
+        return self.exit_code
 
     def _loop(self):
         while not self.stopping:
@@ -415,16 +418,24 @@ class Worker:
                 job = self.inbox.get()
                 if job is None:
                     return
-                held = self.held.get(job.pk)
-                if held is None or held.lost:
-                    continue
-                if self.stopping:
-                    self.returned.put(job)  # not started: _drain hands its lease back
-                    continue
-                held.thread = me
-                held.started = time.monotonic()
+                if me in self._abandoned:  # given up on while it waited: not its job any more
+                    self.inbox.put(job)
+                    return
+                with self._start_lock:  # against the heartbeat forgetting the job meanwhile
+                    held = self.held.get(job.pk)
+                    # The entry must be this very claim: a lease lost, then claimed again,
+                    # leaves a second copy of the job in the inbox.
+                    if held is None or held.lost or held.job is not job or held.started is not None:
+                        continue
+                    if self.stopping:
+                        self.returned.put(job)  # not started: _drain hands its lease back
+                        continue
+                    held.thread = me
+                    held.started = time.monotonic()
                 try:
-                    self.finished.put(self._execute(job))
+                    outcome = self._execute(job)
+                    held.returned = True
+                    self.finished.put(outcome)
                 finally:
                     self.wake.set()
         finally:
@@ -650,16 +661,18 @@ class Worker:
         for job in jobs:
             if job.pk not in kept:
                 self._lease_lost(job, "heartbeat")
-                if self.held[job.pk].started is None:
-                    # Not begun: forget it now (the handler skips it); nothing will report back.
-                    del self.held[job.pk]
-                else:
-                    self.held[job.pk].lost = True  # its outcome is dropped when it returns
+                with self._start_lock:
+                    if self.held[job.pk].started is None:
+                        # Not begun: forget it now (the handler skips it); nothing would
+                        # report back for it.
+                        del self.held[job.pk]
+                    else:
+                        self.held[job.pk].lost = True  # its outcome is dropped when it returns
 
     def _enforce_timeouts(self):
         now_mono = time.monotonic()
         for held in list(self.held.values()):
-            if held.started is None:
+            if held.started is None or held.returned:
                 continue
             timeout = getattr(self.tasks.get(held.job.task_path), "timeout", None)
             if timeout and now_mono - held.started > timeout:
@@ -690,6 +703,16 @@ class Worker:
             thread.name,
             len(self._abandoned),
         )
+        if len(self._abandoned) > self.concurrency:
+            # Each stuck thread keeps its database connection: past this many, a fresh process
+            # is the only way to get them back. Stop and exit non-zero for the process manager.
+            logger.error(
+                "event=too_many_stuck_handlers worker=%s abandoned=%d action=exit_for_restart",
+                self.worker_id,
+                len(self._abandoned),
+            )
+            self.exit_code = 1
+            self.stop()
 
     def _start_listener(self):
         if connections[self.using].vendor != "postgresql":

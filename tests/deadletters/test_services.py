@@ -257,3 +257,38 @@ def test_previews_nobody_confirmed_expire_after_a_day_and_runs_keep_theirs(opera
     fresh = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
     assert set(Selection.objects.values_list("pk", flat=True)) == {confirmed.pk, fresh.pk}
     assert not Selection.objects.filter(pk=abandoned.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_chosen_as_a_deadlock_victim_is_tried_again(operator, small_batches, monkeypatch):
+    from django.db import OperationalError
+
+    letters = DeadLetterFactory.create_batch(5)
+    selection = services.freeze_selection(
+        operator=operator, action="replay", ids=[dl.pk for dl in letters]
+    )
+    run = services.start_run(operator=operator, selection=selection, reason="r", background=False)
+    real, calls = services._process_batch, []
+
+    class Deadlock(Exception):
+        sqlstate = "40P01"
+
+    def victim_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("deadlock detected") from Deadlock()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_process_batch", victim_once)
+    assert services.process_batch(run.pk).handled == 3
+    assert len(calls) == 2
+    run.refresh_from_db()
+    assert (run.processed, run.batches) == (3, 1)  # the victim left no trace
+
+
+def test_confirming_an_expired_preview_is_refused_clearly(operator):
+    letter = DeadLetterFactory()
+    selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+    type(selection).objects.filter(pk=selection.pk).delete()  # expired meanwhile
+    with pytest.raises(services.RefusedError, match="expired"):
+        services.start_run(operator=operator, selection=selection, reason="r")

@@ -355,3 +355,35 @@ def test_log_values_are_quoted_only_when_logfmt_needs_it(value, text):
     from jobqueue.listener import logfmt
 
     assert logfmt(value) == text
+
+
+def test_a_stale_copy_of_a_reclaimed_job_is_not_run_a_second_time():
+    """Lease lost before the job started, then claimed again by the same worker: the inbox
+    holds the old claim's copy and the new one, and only the held claim runs."""
+    from jobqueue.worker import Held
+
+    result = tasks.add.enqueue(1, 2)
+    worker = Worker(poll_interval=0.05)
+    [old] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
+    new = Job.objects.get(pk=result.id)  # the later claim's own copy of the row
+    worker.held[new.pk] = Held(new)
+    for item in (old, new, None):
+        worker.inbox.put(item)
+    worker._handler_loop()
+    outcomes = []
+    while not worker.finished.empty():
+        outcomes.append(worker.finished.get())
+    assert [o.value for o in outcomes] == [3]
+
+
+def test_a_worker_with_more_stuck_handlers_than_threads_exits_for_a_restart(tmp_path):
+    gate = tmp_path / "gate"
+    for _ in range(2):
+        tasks.hangs_until_file.enqueue(str(gate))
+    worker = Worker(concurrency=1, prefetch=0, poll_interval=0.05)
+    try:
+        assert worker.run() == 1  # two handlers abandoned, one thread allowed: restart me
+    finally:
+        gate.write_text("go")
+    assert worker.stats.timeouts == 2
+    assert DeadLetter.objects.filter(error_class="jobqueue.errors.JobTimeout").count() == 2

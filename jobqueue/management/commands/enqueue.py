@@ -8,6 +8,8 @@ from django.utils import timezone
 
 from jobqueue.backend import load_task
 
+MAX_DELAY = 10 * 365 * 24 * 3600.0  # ten years: beyond it, a date arithmetic overflow
+
 
 def usage_error(message):
     # Exit status 2 like any other usage error, with one line and no traceback.
@@ -55,8 +57,9 @@ class Command(BaseCommand):
             inspect.signature(task.func).bind(*context, *task_args, **task_kwargs)
         except TypeError as exc:
             raise usage_error(f"arguments do not fit {opts['task_path']}: {exc}") from exc
-        if opts["delay"] is not None and opts["delay"] < 0:
-            raise usage_error("--delay must be 0 or more seconds")
+        if opts["delay"] is not None and not 0 <= opts["delay"] <= MAX_DELAY:
+            # (NaN fails this comparison too.)
+            raise usage_error(f"--delay must be between 0 and {MAX_DELAY:.0f} seconds")
         try:
             task = task.using(
                 queue_name=opts["queue"],

@@ -1,5 +1,6 @@
 import logging
 import signal
+import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
@@ -143,11 +144,13 @@ class Command(BaseCommand):
             _stop_relay_on_signals(relay)
             relay_thread = run_in_thread(relay)
         try:
-            worker.run()
+            code = worker.run()
         finally:
             if relay is not None:
                 relay.stop()
                 relay_thread.join(timeout=30.0)
+        if code:
+            sys.exit(code)  # the worker asked to be restarted (too many stuck handlers)
 
 
 def _stop_relay_on_signals(relay):
