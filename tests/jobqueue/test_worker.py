@@ -252,7 +252,14 @@ def test_jobs_behind_a_handler_stuck_past_its_timeout_still_run(tmp_path):
     hung = tasks.hangs_until_file.using(priority=10).enqueue(str(gate))
     quick = [tasks.add.enqueue(n, 1) for n in range(3)]
     worker = Worker(concurrency=1, prefetch=5, poll_interval=0.05)
-    thread = threading.Thread(target=worker.run)
+
+    def run():
+        try:
+            worker.run()
+        finally:
+            connections.close_all()  # this thread's connection, not left for the teardown
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         wait_until(
