@@ -16,10 +16,12 @@ import sys
 import time
 from datetime import date, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
+
+from bench.benchdb import database_url, drop_database, recreate_database  # noqa: E402
+
 BENCH_DB = "redrive_bench_console"
 JOB_TYPES = 20
 REPEAT = 20
@@ -58,31 +60,6 @@ FROM (
 """
 
 
-def database_urls():
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    parts = urlsplit(base)
-    if not parts.scheme.startswith("postgres"):
-        sys.exit("bench/console.py needs PostgreSQL: set DATABASE_URL=postgres://…")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    bench = urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
-    return admin, bench
-
-
-def recreate_database(admin_url):
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-
-
-def drop_database(admin_url):
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-
-
 def median_ms(fn, repeat=REPEAT, warmup=2):
     for _ in range(warmup):
         fn()
@@ -103,9 +80,7 @@ def main():
     parser.add_argument("--reuse", action="store_true", help="Reuse a kept, filled database.")
     args = parser.parse_args()
 
-    admin_url, bench_url = database_urls()
-    if not args.reuse:
-        recreate_database(admin_url)
+    bench_url = database_url(BENCH_DB) if args.reuse else recreate_database(BENCH_DB)
     os.environ["DATABASE_URL"] = bench_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -118,7 +93,7 @@ def main():
 
         connections.close_all()
         if not args.keep:
-            drop_database(admin_url)
+            drop_database(BENCH_DB)
 
 
 def run(args):

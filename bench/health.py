@@ -15,12 +15,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 BENCH_DB = "redrive_bench_health"
 
+from bench.benchdb import drop_database, recreate_database  # noqa: E402
 from bench.console import FILL as FILL_DEAD_LETTERS  # noqa: E402
 from bench.console import JOB_TYPES, median_ms  # noqa: E402
 
@@ -59,16 +59,6 @@ FROM generate_series(0, 59) AS m, generate_series(0, %(types)s - 1) AS t
 """
 
 
-def database_urls():
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    parts = urlsplit(base)
-    if not parts.scheme.startswith("postgres"):
-        sys.exit("bench/health.py needs PostgreSQL: set DATABASE_URL=postgres://…")
-    return urlunsplit(parts._replace(path="/postgres")), urlunsplit(
-        parts._replace(path=f"/{BENCH_DB}")
-    )
-
-
 def main():
     sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -77,13 +67,7 @@ def main():
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
 
-    import psycopg
-
-    admin_url, bench_url = database_urls()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    os.environ["DATABASE_URL"] = bench_url
+    os.environ["DATABASE_URL"] = recreate_database(BENCH_DB)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -95,8 +79,7 @@ def main():
 
         connections.close_all()
         if not args.keep:
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+            drop_database(BENCH_DB)
 
 
 def run(args):

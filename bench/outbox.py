@@ -33,12 +33,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import database_url, recreate_database  # noqa: E402
+
 DB = os.environ.get("BENCH_DB", "redrive_outbox_bench")
-DB_URL = f"{PG}/{DB}"
+DB_URL = database_url(DB)
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
 TASK_PATH = "bench.tasks.noop"
 TARGET_JOBS = 5_000.0
@@ -57,19 +59,6 @@ def log(text=""):
 
 def raw() -> psycopg.Connection:
     return psycopg.connect(DB_URL, autocommit=True)
-
-
-def create_database():
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        name = sql.Identifier(DB)
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": DB_URL},
-        check=True,
-    )
 
 
 def load(n: int, topic: str):
@@ -133,8 +122,6 @@ def claim_sql() -> str:
     """The store's own claim statement, so the floor claims exactly as the relay does."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ["DATABASE_URL"] = DB_URL
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()
@@ -241,7 +228,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     log(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    create_database()
+    recreate_database(DB, migrate=True)
 
     config = {"ROUTES": {"order.*": "jobs"}, "SUBSCRIBERS": {"order.created": [TASK_PATH]}}
     n = args.messages

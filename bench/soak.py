@@ -28,8 +28,9 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
-URL = "postgres://postgres@127.0.0.1:5432/redrive_soak"
+sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import recreate_database  # noqa: E402
 
 
 def main():
@@ -42,13 +43,9 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     opts = parser.parse_args()
 
-    with psycopg.connect(ADMIN, autocommit=True) as admin:
-        admin.execute("DROP DATABASE IF EXISTS redrive_soak WITH (FORCE)")
-        admin.execute("CREATE DATABASE redrive_soak")
+    URL = recreate_database("redrive_soak", migrate=True)
     env = {**os.environ, "DATABASE_URL": URL, "JOBQUEUE_LOCK_TIMEOUT": "1"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     os.environ.update(DATABASE_URL=URL, DJANGO_SETTINGS_MODULE="config.settings")
-    sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()

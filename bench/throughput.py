@@ -32,12 +32,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import database_url, recreate_database  # noqa: E402
+
 DB = os.environ.get("BENCH_DB", "redrive_bench")
-DB_URL = f"{PG}/{DB}"
+DB_URL = database_url(DB)
 TASK_PATH = "bench.tasks.noop"
 
 TARGETS = {"single": 0.50, "bulk": 0.50, "drain": 0.40, "latency_p50_ms": 10.0}
@@ -69,24 +71,9 @@ def raw(**kwargs) -> psycopg.Connection:
 # --- set-up -------------------------------------------------------------------------------
 
 
-def create_database():
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        name = sql.Identifier(DB)
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-        cwd=ROOT,
-        env=child_env(),
-        check=True,
-    )
-
-
 def setup_django():
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["DATABASE_URL"] = DB_URL
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)
     import django
 
@@ -476,7 +463,7 @@ def main(argv=None):
 
     log(f"Redrive throughput bench on {DB_URL} ({os.cpu_count()} CPUs), {datetime.now(UTC):%c} UTC")
     log(f"load average {os.getloadavg()[0]:.2f} (other work on this box skews every figure)")
-    create_database()
+    recreate_database(DB, migrate=True)
     setup_django()
     results = {}
     if "single" in only:

@@ -172,20 +172,19 @@ def _process_batch(run_id: int, *, generation: int | None = None, now=None) -> B
             return BatchResult(0, False, run.rate)
         now = now or timezone.now()
         ids = run.selection.dead_letter_ids[run.processed : run.processed + run.batch_size]
-        _lock_in_order(ids)
+        letters = _lock_in_order(ids)
         batch_no = run.batches + 1
         if run.action == Action.REPLAY:
-            done, skipped, refs = _replay(ids, allow_poisoned=run.allow_poisoned, now=now)
+            done, skipped, refs = _replay(ids, letters, allow_poisoned=run.allow_poisoned, now=now)
         else:
             outcome = store.discard(ids, now=now)
             done, skipped, refs = outcome.done, outcome.skipped, {}
-        paths = dict(DeadLetter.objects.filter(pk__in=ids).values_list("pk", "task_path"))
         ReplayItem.objects.bulk_create(
             [
                 ReplayItem(
                     run=run,
                     dead_letter_id=pk,
-                    task_path=paths.get(pk, ""),
+                    task_path=letters[pk].task_path if pk in letters else "",
                     outcome=(
                         Outcome.SKIPPED
                         if pk in skipped
@@ -215,17 +214,20 @@ def _process_batch(run_id: int, *, generation: int | None = None, now=None) -> B
         return BatchResult(len(ids), run.state in ACTIVE_STATES, run.rate)
 
 
-def _lock_in_order(ids):
+def _lock_in_order(ids) -> dict:
     """Lock the batch's letters, then the counter rows their triggers will change, each in id
     order: the order every writer follows (a worker burying a letter locks it, then its
     counter), so two batches, or a batch and a worker, wait for each other instead of
-    deadlocking on the counters."""
-    keys = set(
-        DeadLetter.objects.select_for_update()
+    deadlocking on the counters. Returns the locked letters' rows by id (the batch's one read
+    of them: their job types for the ledger, their replay counts for the poison limit)."""
+    letters = {
+        row.pk: row
+        for row in DeadLetter.objects.select_for_update()
         .filter(pk__in=ids)
         .order_by("pk")
-        .values_list("task_path", "queue_name", "error_class")
-    )
+        .values_list("pk", "task_path", "queue_name", "error_class", "replays", named=True)
+    }
+    keys = {(row.task_path, row.queue_name, row.error_class) for row in letters.values()}
     if keys:
         same_counter = reduce(
             or_,
@@ -237,20 +239,17 @@ def _lock_in_order(ids):
             .order_by("pk")
             .values_list("pk", flat=True)
         )
+    return letters
 
 
-def _replay(ids, *, allow_poisoned: bool, now):
-    """Replay through the store, holding back items past the poison limit."""
+def _replay(ids, letters, *, allow_poisoned: bool, now):
+    """Replay through the store, holding back items past the poison limit (`letters` are
+    locked, so their replay counts cannot change before the replay)."""
     limit = conf.get("MAX_REPLAYS")
     poisoned = {}
     if not allow_poisoned:
-        # Locked like the store locks them, so the count cannot change before the replay.
         poisoned = {
-            pk: POISON_REASON.format(n=limit)
-            for pk in DeadLetter.objects.select_for_update()
-            .filter(pk__in=ids, replays__gte=limit)
-            .order_by("pk")
-            .values_list("pk", flat=True)
+            pk: POISON_REASON.format(n=limit) for pk, row in letters.items() if row.replays >= limit
         }
     outcome = store.replay([pk for pk in ids if pk not in poisoned], now=now)
     return outcome.done, {**poisoned, **outcome.skipped}, outcome.refs

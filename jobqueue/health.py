@@ -7,7 +7,7 @@ dead letters pending from the partial index on pending rows.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q, Sum
@@ -15,19 +15,6 @@ from django.utils import timezone
 
 from jobqueue.conf import policy
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobCounter, JobState, WorkerRecord
-
-SUMMED = (
-    "ready",
-    "scheduled",
-    "running",
-    "expired",
-    "retrying",
-    "dead_letters",
-    "succeeded_5m",
-    "failed_5m",
-    "succeeded_60m",
-    "failed_60m",
-)
 
 
 def count_pending_dead_letters() -> dict[tuple[str, str], int]:
@@ -61,6 +48,10 @@ class Row:
     failed_5m: int = 0
     succeeded_60m: int = 0
     failed_60m: int = 0
+
+
+# The figures that add up across rows (the oldest age is a maximum instead).
+SUMMED = tuple(f.name for f in fields(Row) if f.name not in {"queue", "task", "oldest_ready_age"})
 
 
 @dataclass

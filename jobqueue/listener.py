@@ -1,11 +1,13 @@
-"""Shared pieces of the long-running loops (worker and relay): the LISTEN thread, logfmt event
-lines and crash-drill fault points."""
+"""Shared pieces of the long-running loops (worker and relay): their stop/backoff control, the
+LISTEN thread, logfmt event lines and crash-drill fault points."""
 
 import logging
 import os
 import re
 import signal
+import socket
 import threading
+import uuid
 
 logger = logging.getLogger("jobqueue")
 
@@ -26,6 +28,75 @@ def log_line(log: logging.Logger, level: int, event: str, **fields):
     """One logfmt line, greppable and parseable: event=… key=value …"""
     if log.isEnabledFor(level):
         log.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items()))
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one log field: database errors carry multi-line details."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def next_backoff(previous: float) -> float:
+    """0.1 s, doubling, at most 5 s: quick after a blip, no crash loop through an outage."""
+    return min(max(previous * 2, 0.1), 5.0)
+
+
+def process_id() -> str:
+    """host:pid:random, so a restarted process on the same host and pid is a new owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Loop:
+    """Control shared by the worker and the relay: a wake event, a first SIGTERM/SIGINT that
+    stops the loop gracefully and a second that exits at once, and a bounded backoff with a
+    reconnect while the database is away. Subclasses keep `stats.db_errors`."""
+
+    def __init__(self, *, who: str, kind: str, ident: str, using: str, log: logging.Logger):
+        self._who, self._kind, self._ident, self._log = who, kind, ident, log
+        self.using = using
+        self.wake = threading.Event()
+        self.stopping = False
+        self.signals = 0
+        self._db_backoff = 0.0
+
+    def install_signal_handlers(self):
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        self.signals += 1
+        if self.signals > 1:
+            # Leases left behind expire and are swept; nothing is lost, only delayed.
+            os.write(2, f"{self._who}: second signal, exiting now\n".encode())
+            os._exit(1)
+        # os.write, not logging: a handler can interrupt code that holds the logging lock.
+        os.write(
+            2,
+            f"{self._who}: {signal.Signals(signum).name} received, stopping; "
+            f"a second signal exits at once\n".encode(),
+        )
+        self.stop()
+
+    def stop(self):
+        self.stopping = True
+        self.wake.set()
+
+    def _database_trouble(self, exc):
+        """Back off (bounded) and reconnect instead of crash-looping while the database is away."""
+        from django.db import connections
+
+        self.stats.db_errors += 1
+        self._db_backoff = next_backoff(self._db_backoff)
+        self._log.warning(
+            "event=database_error %s=%s error=%s retry_in=%.1fs",
+            self._kind,
+            self._ident,
+            logfmt(first_line(exc)),
+            self._db_backoff,
+        )
+        connections[self.using].close()
+        self.wake.wait(self._db_backoff)
+        self.wake.clear()
 
 
 class FaultPoints:

@@ -165,6 +165,15 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
 
 
+def timeouts(config: dict) -> tuple[float, float]:
+    """A destination's (connect, read) timeouts: each defaults to "timeout", itself 10 s."""
+    timeout = float(config.get("timeout", 10.0))
+    return (
+        float(config.get("connect_timeout", timeout)),
+        float(config.get("read_timeout", timeout)),
+    )
+
+
 class WebhookPublisher(Publisher):
     """POST each message's JSON payload, signed, over one kept-alive connection."""
 
@@ -179,9 +188,7 @@ class WebhookPublisher(Publisher):
             raise ValueError(f"webhook destination {name!r}: url must be http or https")
         self.path = (self.url.path or "/") + (f"?{self.url.query}" if self.url.query else "")
         self.secret = config["secret"]
-        timeout = float(config.get("timeout", 10.0))
-        self.connect_timeout = float(config.get("connect_timeout", timeout))
-        self.read_timeout = float(config.get("read_timeout", timeout))
+        self.connect_timeout, self.read_timeout = timeouts(config)
         self.headers = dict(config.get("headers", {}))
         self.max_attempts = config.get("max_attempts")
         self._conn: http.client.HTTPConnection | None = None

@@ -19,13 +19,9 @@ rest of the batch back (attempt not counted) and exits; a second signal exits at
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
 import threading
 import time
 import traceback as tb
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,7 +32,7 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
-from jobqueue.listener import FaultPoints, Listener, log_line, logfmt
+from jobqueue.listener import FaultPoints, Listener, Loop, log_line, logfmt, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
 from jobqueue.store import outbox as outbox_store
@@ -78,7 +74,7 @@ class Stats:
     db_errors: int = 0
 
 
-class Relay:
+class Relay(Loop):
     def __init__(
         self,
         *,
@@ -92,7 +88,8 @@ class Relay:
         clock: Callable = timezone.now,
         using: str = "default",
     ):
-        self.relay_id = relay_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.relay_id = relay_id or process_id()
+        super().__init__(who="relay", kind="relay", ident=self.relay_id, using=using, log=logger)
         self.batch_size = batch_size or setting("BATCH_SIZE")
         self.lease_seconds = lease_seconds or setting("LEASE_SECONDS")
         self.poll_interval = poll_interval or setting("POLL_INTERVAL")
@@ -102,33 +99,12 @@ class Relay:
         # republishes seconds of messages, not the whole batch.
         self.mark_interval = mark_interval
         self.clock = clock
-        self.using = using
-        self.wake = threading.Event()
-        self.stopping = False
-        self.signals = 0
         self.stats = Stats()
         self.listener: Listener | None = None
         self._publishers: dict[str | None, publishers.Publisher] = {}
         self._last_sweep = 0.0
-        self._db_backoff = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
-
-    def install_signal_handlers(self):
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
-    def _on_signal(self, signum, frame):
-        self.signals += 1
-        if self.signals > 1:
-            os.write(2, b"relay: second signal, exiting now\n")
-            os._exit(1)
-        os.write(2, f"relay: {signal.Signals(signum).name} received, stopping\n".encode())
-        self.stop()
-
-    def stop(self):
-        self.stopping = True
-        self.wake.set()
 
     def run(self) -> int:
         logger.info(
@@ -182,20 +158,6 @@ class Relay:
         )
         listener.start()
         return listener
-
-    def _database_trouble(self, exc):
-        """Back off (bounded) and reconnect instead of crash-looping while the database is away."""
-        self.stats.db_errors += 1
-        self._db_backoff = min(max(self._db_backoff * 2, 0.1), 5.0)
-        logger.warning(
-            "event=database_error relay=%s error=%s retry_in=%.1fs",
-            self.relay_id,
-            logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
-            self._db_backoff,
-        )
-        connections[self.using].close()
-        self.wake.wait(self._db_backoff)
-        self.wake.clear()
 
     # --- one round -----------------------------------------------------------------------
 
@@ -318,10 +280,7 @@ class Relay:
         """Leases are extended between messages, not during one: a destination whose timeouts
         let one publish outlast half the lease could see a message sent by two relays at once."""
         for name, config in (setting("DESTINATIONS") or {}).items():
-            timeout = float(config.get("timeout", 10.0))
-            worst = float(config.get("connect_timeout", timeout)) + float(
-                config.get("read_timeout", timeout)
-            )
+            worst = sum(publishers.timeouts(config))
             if worst >= self.lease_seconds / 2:
                 logger.warning(
                     "event=destination_slower_than_lease relay=%s destination=%s "

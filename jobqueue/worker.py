@@ -16,12 +16,10 @@ import inspect
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
 import traceback as tb
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,7 +42,7 @@ from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
-from jobqueue.listener import FaultPoints, Listener, logfmt
+from jobqueue.listener import FaultPoints, Listener, Loop, logfmt, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
@@ -104,7 +102,7 @@ class Stats:
     db_errors: int = 0
 
 
-class Worker:
+class Worker(Loop):
     def __init__(
         self,
         *,
@@ -137,17 +135,16 @@ class Worker:
         self.grace = grace
         self.sweep_interval = sweep_interval
         self.clock = clock
-        self.using = using
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.worker_id = worker_id or process_id()
+        super().__init__(
+            who="jobqueue", kind="worker", ident=self.worker_id, using=using, log=logger
+        )
 
         self.held: dict[int, Held] = {}
         self.tasks = TaskCache()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
         self.returned: queue.SimpleQueue = queue.SimpleQueue()
-        self.wake = threading.Event()
-        self.stopping = False
-        self.signals = 0
         self.stats = Stats()
         self._threads: list[threading.Thread] = []
         self._handler_serial = 1
@@ -157,35 +154,12 @@ class Worker:
         self.exit_code = 0
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
-        self._db_backoff = 0.0
         self.listener: Listener | None = None
         self.started_at = timezone.now()
         self._tallies: dict[tuple, store.Tally] = {}
         self._last_record = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
-
-    def install_signal_handlers(self):
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
-    def _on_signal(self, signum, frame):
-        self.signals += 1
-        if self.signals > 1:
-            # Leases left behind expire and are swept; nothing is lost, only delayed.
-            os.write(2, b"jobqueue: second signal, exiting now\n")
-            os._exit(1)
-        # os.write, not logging: a handler can interrupt code that holds the logging lock.
-        os.write(
-            2,
-            f"jobqueue: {signal.Signals(signum).name} received, stopping; "
-            f"a second signal exits at once\n".encode(),
-        )
-        self.stop()
-
-    def stop(self):
-        self.stopping = True
-        self.wake.set()
 
     def _configure_connection(self, sender, connection, **kwargs):
         """Name the queue connection and bound its lock waits (PostgreSQL).
@@ -394,20 +368,6 @@ class Worker:
             self.held.pop(job.pk, None)
             log_event("released", job, reason=reason)
         logger.info("event=leases_released count=%d of=%d", released, len(jobs))
-
-    def _database_trouble(self, exc):
-        """Back off (bounded) and reconnect instead of crash-looping while the database is away."""
-        self.stats.db_errors += 1
-        self._db_backoff = min(max(self._db_backoff * 2, 0.1), 5.0)
-        logger.warning(
-            "event=database_error worker=%s error=%s retry_in=%.1fs",
-            self.worker_id,
-            logfmt(str(exc).strip().splitlines()[0] if str(exc) else exc),
-            self._db_backoff,
-        )
-        connections[self.using].close()
-        self.wake.wait(self._db_backoff)
-        self.wake.clear()
 
     # --- handler threads -----------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from jobqueue.listener import logfmt
+from jobqueue.listener import first_line, logfmt, next_backoff
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
@@ -26,23 +26,22 @@ def positive(kind):
     return parse
 
 
-def wait_for_database(max_delay: float = 5.0):
+def wait_for_database():
     """A worker started while the database is down or restarting waits for it (saying so)
     instead of dying with a traceback: process managers start workers and databases in any
     order."""
-    delay = 0.1
+    delay = 0.0
     while True:
         try:
             ensure_migrated()
             return
         except OperationalError as exc:
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            delay = next_backoff(delay)
             logger.warning(
-                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line), delay
+                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line(exc)), delay
             )
             connections[DEFAULT_DB_ALIAS].close()
             time.sleep(delay)
-            delay = min(delay * 2, max_delay)
 
 
 def ensure_migrated():
