@@ -27,3 +27,40 @@ DEFAULTS = {
 
 def get(name: str):
     return getattr(settings, f"DEADLETTERS_{name}", DEFAULTS[name])
+
+
+# Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is
+# items per second (0 = unlimited); below MIN_REPLAY_RATE a run would take days per item and
+# float arithmetic on the wait overflows, above MAX_REPLAY_RATE it is unlimited in practice.
+MIN_REPLAY_RATE = 0.1
+MAX_REPLAY_RATE = 10_000.0
+MIN_REPLAY_BATCH_SIZE = 1
+MAX_REPLAY_BATCH_SIZE = 1_000
+
+
+def validate_replay_rate(value) -> float:
+    """Return `value` as a rate in items per second, or raise ValueError saying the range."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"replay rate must be a number, not {value!r}") from None
+    if rate == 0:
+        return 0.0
+    if not (MIN_REPLAY_RATE <= rate <= MAX_REPLAY_RATE):  # also refuses NaN and infinity
+        raise ValueError(
+            f"replay rate must be 0 (unlimited) or between {MIN_REPLAY_RATE:g} and "
+            f"{MAX_REPLAY_RATE:g} items per second, not {value!r}"
+        )
+    return rate
+
+
+def validate_replay_batch_size(value) -> int:
+    """Return `value` as a batch size, or raise ValueError saying the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"replay batch size must be an integer, not {value!r}")
+    if not (MIN_REPLAY_BATCH_SIZE <= value <= MAX_REPLAY_BATCH_SIZE):
+        raise ValueError(
+            f"replay batch size must be between {MIN_REPLAY_BATCH_SIZE} and "
+            f"{MAX_REPLAY_BATCH_SIZE}, not {value!r}"
+        )
+    return value
