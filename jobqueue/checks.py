@@ -1,0 +1,189 @@
+"""System checks (`manage.py check`) for a project that installs the queue.
+
+Each finding names what to change; ids are `redrive.E0xx` (the queue will not work) and
+`redrive.W0xx` (it works, but not as a user expects). The console's checks live beside the
+console (deadletters/checks.py), since this app never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import import_module
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.db import connections
+from django.utils.module_loading import import_string
+
+BACKEND_PATH = "jobqueue.backend.DatabaseBackend"
+
+SQLITE_OPTIONS_HINT = (
+    'DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30, '
+    '"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}'
+)
+
+# Optional parts: (what uses it, the module it needs, the extra that installs it).
+OPTIONAL = {
+    "postgres": ("psycopg", "redrive[postgres]"),
+    "rabbitmq": ("pika", "redrive[rabbitmq]"),
+    "metrics": ("prometheus_client", "redrive[metrics]"),
+}
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def missing_extra(part: str, what: str) -> str | None:
+    """A message naming the extra to install when `part`'s package is absent, else None."""
+    module, extra = OPTIONAL[part]
+    if installed(module):
+        return None
+    return f"{what} needs the {module!r} package, which is not installed: pip install '{extra}'"
+
+
+def _our_backends() -> list[str]:
+    from jobqueue.backend import DatabaseBackend
+
+    ours = []
+    for alias, config in getattr(settings, "TASKS", {}).items():
+        try:
+            backend = import_string(config.get("BACKEND", ""))
+        except ImportError:
+            continue  # Django's own check reports a backend that cannot be imported
+        if isinstance(backend, type) and issubclass(backend, DatabaseBackend):
+            ours.append(alias)
+    return ours
+
+
+@checks.register(checks.Tags.compatibility)
+def check_tasks_backend(app_configs=None, **kwargs):
+    if _our_backends():
+        return []
+    return [
+        checks.Error(
+            "No TASKS backend is Redrive's, so @task functions never reach the job table and "
+            "runworker has nothing to run.",
+            hint=f'TASKS = {{"default": {{"BACKEND": "{BACKEND_PATH}"}}}}',
+            id="redrive.E001",
+        )
+    ]
+
+
+@checks.register(checks.Tags.compatibility)
+def check_sqlite_locking(app_configs=None, databases=None, **kwargs):
+    return sqlite_findings({alias: connections.settings[alias] for alias in connections})
+
+
+def sqlite_findings(databases: dict) -> list[checks.CheckMessage]:
+    """SQLite without IMMEDIATE transactions fails concurrent writers with "database is locked"
+    halfway through a transaction; without WAL a reader blocks the worker's claims."""
+    found = []
+    for alias, config in databases.items():
+        if config.get("ENGINE") != "django.db.backends.sqlite3":
+            continue
+        options = config.get("OPTIONS") or {}
+        init = str(options.get("init_command", "")).replace(" ", "").lower()
+        if options.get("transaction_mode") != "IMMEDIATE" or "journal_mode=wal" not in init:
+            found.append(
+                checks.Warning(
+                    f"SQLite database {alias!r} runs without IMMEDIATE transactions and WAL: "
+                    "workers and the console will fail with 'database is locked'.",
+                    hint=SQLITE_OPTIONS_HINT.replace('"default"', f'"{alias}"'),
+                    id="redrive.W001",
+                )
+            )
+    return found
+
+
+@checks.register(checks.Tags.compatibility)
+def check_optional_packages(app_configs=None, **kwargs):
+    """An optional part that is configured but whose extra is not installed."""
+    routes = (getattr(settings, "OUTBOX", None) or {}).get("ROUTES", {})
+    wanted = [
+        ("postgres", f"PostgreSQL database {alias!r}")
+        for alias in connections
+        if connections.settings[alias].get("ENGINE") == "django.db.backends.postgresql"
+    ]
+    if any(str(spec).startswith("rabbitmq:") for spec in routes.values()):
+        wanted.append(("rabbitmq", "An outbox route to RabbitMQ"))
+    if _metrics_routed():
+        wanted.append(("metrics", "The /metrics view"))
+    return [
+        checks.Error(message, id="redrive.E002")
+        for part, what in wanted
+        if (message := missing_extra(part, what))
+    ]
+
+
+def _metrics_routed() -> bool:
+    from django.urls import get_resolver
+
+    # By module name: importing the view would import prometheus_client, which may be absent.
+    try:
+        return any(
+            getattr(view, "__module__", None) == "jobqueue.metrics"
+            for view in get_resolver().reverse_dict
+        )
+    except Exception:  # noqa: BLE001 - a broken urlconf is reported by Django's own checks
+        return False
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_metrics_token(app_configs=None, **kwargs):
+    if settings.DEBUG or not _metrics_routed() or getattr(settings, "REDRIVE_METRICS_TOKEN", ""):
+        return []
+    return [
+        checks.Warning(
+            "/metrics has no bearer token, so only a logged-in staff session can read it and "
+            "Prometheus cannot scrape it.",
+            hint="Set a long random token and give it to Prometheus as its bearer token.",
+            id="redrive.W003",
+        )
+    ]
+
+
+def _declared_tasks():
+    """Tasks of our backend defined in the installed apps' `tasks` modules."""
+    from jobqueue.backend import Task
+
+    ours = set(_our_backends())
+    for app_config in apps.get_app_configs():
+        name = f"{app_config.name}.tasks"
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            module = import_module(name)
+        except Exception:  # noqa: BLE001 - a broken tasks module is reported by its own import
+            continue
+        for value in vars(module).values():
+            if isinstance(value, Task) and value.backend in ours:
+                yield value
+
+
+@checks.register(checks.Tags.compatibility)
+def check_task_timeouts(app_configs=None, **kwargs):
+    """A handler that outlives its lease is reclaimed and run twice at once by another worker;
+    the worker renews leases, but a timeout at or above the lease means the task is allowed to
+    run longer than a worker that stops renewing (a paused process) can hold it."""
+    from jobqueue.conf import policy
+
+    return timeout_findings(_declared_tasks(), float(policy("LEASE_SECONDS")))
+
+
+def timeout_findings(tasks, lease: float) -> list[checks.CheckMessage]:
+    found = []
+    for task in tasks:
+        if task.timeout is not None and task.timeout >= lease:
+            found.append(
+                checks.Warning(
+                    f"Task {task.module_path} has timeout={task.timeout:g}s, not below the "
+                    f"lease of {lease:g}s.",
+                    hint="Give the task a timeout below the lease, or raise the lease "
+                    "(JOBQUEUE['LEASE_SECONDS']).",
+                    obj=task.module_path,
+                    id="redrive.W002",
+                )
+            )
+    return found

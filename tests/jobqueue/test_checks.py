@@ -1,0 +1,128 @@
+"""Each system check fires on the configuration it is about, and the example project is clean."""
+
+import pytest
+from django.core.management import call_command
+from django.tasks import task
+
+from jobqueue import checks
+
+pytestmark = pytest.mark.django_db(databases=[])
+
+
+def ids(messages):
+    return [message.id for message in messages]
+
+
+@pytest.mark.django_db
+def test_the_example_project_passes_every_check():
+    call_command("check", fail_level="WARNING")
+
+
+def test_a_tasks_setting_without_our_backend_is_an_error(settings):
+    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    found = checks.check_tasks_backend()
+    assert ids(found) == ["redrive.E001"]
+    assert "jobqueue.backend.DatabaseBackend" in found[0].hint
+
+
+def test_our_backend_under_another_alias_is_enough(settings):
+    settings.TASKS = {
+        "default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        "jobs": {"BACKEND": "jobqueue.backend.DatabaseBackend"},
+    }
+    assert checks.check_tasks_backend() == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"transaction_mode": "IMMEDIATE"},
+        {"init_command": "PRAGMA journal_mode=WAL;"},
+        {"transaction_mode": "DEFERRED", "init_command": "PRAGMA journal_mode=WAL;"},
+    ],
+)
+def test_sqlite_without_wal_and_immediate_transactions_is_warned(options):
+    found = checks.sqlite_findings(
+        {"jobs": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": options}}
+    )
+    assert ids(found) == ["redrive.W001"]
+    assert 'DATABASES["jobs"]["OPTIONS"]' in found[0].hint
+    assert '"transaction_mode": "IMMEDIATE"' in found[0].hint
+
+
+def test_sqlite_with_wal_and_immediate_transactions_passes():
+    options = {
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode = WAL; PRAGMA synchronous=NORMAL;",
+    }
+    assert (
+        checks.sqlite_findings(
+            {
+                "default": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": options},
+                "other": {"ENGINE": "django.db.backends.postgresql"},
+            }
+        )
+        == []
+    )
+
+
+def test_a_configured_part_whose_extra_is_missing_names_the_extra(settings, monkeypatch):
+    settings.OUTBOX = {"ROUTES": {"audit.*": "rabbitmq:events"}}
+    real = checks.installed
+    monkeypatch.setattr(checks, "installed", lambda module: module != "pika" and real(module))
+    found = checks.check_optional_packages()
+    assert ids(found) == ["redrive.E002"]
+    assert "redrive[rabbitmq]" in found[0].msg
+
+
+def test_metrics_routed_without_prometheus_names_the_metrics_extra(monkeypatch):
+    real = checks.installed
+    monkeypatch.setattr(
+        checks, "installed", lambda module: module != "prometheus_client" and real(module)
+    )
+    found = checks.check_optional_packages()
+    assert "redrive[metrics]" in " ".join(message.msg for message in found)
+
+
+def test_an_unconfigured_part_is_not_required(settings, monkeypatch):
+    settings.OUTBOX = {}
+    monkeypatch.setattr(
+        checks, "installed", lambda module: module not in ("pika", "prometheus_client")
+    )
+    monkeypatch.setattr(checks, "_metrics_routed", lambda: False)
+    assert checks.check_optional_packages() == []
+
+
+@task(timeout=45)
+def slow_report():
+    pass
+
+
+@task(timeout=10)
+def quick_report():
+    pass
+
+
+def test_a_task_timeout_not_below_the_lease_is_warned():
+    found = checks.timeout_findings([slow_report, quick_report], lease=30.0)
+    assert ids(found) == ["redrive.W002"]
+    assert found[0].obj == slow_report.module_path
+    assert checks.timeout_findings([quick_report], lease=10.0)[0].id == "redrive.W002"
+    assert checks.timeout_findings([quick_report], lease=10.5) == []
+
+
+def test_tasks_are_found_in_installed_apps_tasks_modules():
+    paths = {task.module_path for task in checks._declared_tasks()}
+    assert "deadletters.tasks.carry_out_run" in paths
+
+
+def test_metrics_without_a_token_in_production_is_warned(settings):
+    settings.DEBUG = False
+    settings.REDRIVE_METRICS_TOKEN = ""
+    assert ids(checks.check_metrics_token()) == ["redrive.W003"]
+    settings.REDRIVE_METRICS_TOKEN = "s3cret-token-for-prometheus"
+    assert checks.check_metrics_token() == []
+    settings.REDRIVE_METRICS_TOKEN = ""
+    settings.DEBUG = True
+    assert checks.check_metrics_token() == []
