@@ -30,6 +30,26 @@ def log_line(log: logging.Logger, level: int, event: str, **fields):
         log.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items()))
 
 
+def show_event_lines(level: str | int | None = None) -> logging.Logger:
+    """Make the worker's and relay's event lines visible, as other queues' worker commands do.
+
+    A host that configured logging for `jobqueue` (or the root logger) keeps its configuration,
+    except for an explicit `level` (the commands' --log-level). Otherwise, as under Django's
+    default LOGGING, lines go to stderr at INFO: a worker whose events vanish is a silent
+    failure."""
+    if level is not None and not isinstance(level, int):
+        level = logging.getLevelNamesMapping()[str(level).upper()]
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    if level is not None:
+        logger.setLevel(level)
+    return logger
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one log field: database errors carry multi-line details."""
     lines = str(exc).strip().splitlines()

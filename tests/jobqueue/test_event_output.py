@@ -1,0 +1,54 @@
+"""Worker and relay event lines show up without a host LOGGING entry; a host's own wins."""
+
+import logging
+
+import pytest
+
+from jobqueue import listener
+
+
+@pytest.fixture
+def bare_logger(monkeypatch):
+    """A `jobqueue` logger as a host without LOGGING for it has: no handler, no level (and
+    cut off from the root logger, which pytest itself gives a capturing handler)."""
+    log = logging.Logger("redrive-test-bare")  # not registered: nothing else configures it
+    log.propagate = False
+    monkeypatch.setattr(listener, "logger", log)
+    return log
+
+
+def test_event_lines_go_to_stderr_at_info_without_host_logging(bare_logger, capsys):
+    listener.show_event_lines()
+    bare_logger.info("event=job_done id=1")
+    bare_logger.debug("event=claim_batch n=3")
+    err = capsys.readouterr().err
+    assert "INFO" in err and "event=job_done id=1" in err
+    assert "claim_batch" not in err
+
+
+def test_log_level_option_changes_what_shows(bare_logger, capsys):
+    listener.show_event_lines("debug")
+    bare_logger.debug("event=claim_batch n=3")
+    assert "event=claim_batch n=3" in capsys.readouterr().err
+    listener.show_event_lines("WARNING")
+    bare_logger.info("event=job_done id=2")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_hosts_own_handler_wins(bare_logger, capsys):
+    records = []
+    host = logging.Handler()
+    host.emit = records.append
+    bare_logger.addHandler(host)
+    bare_logger.setLevel(logging.WARNING)
+    listener.show_event_lines()
+    bare_logger.info("event=job_done id=3")
+    bare_logger.warning("event=job_failed id=4")
+    assert [r.getMessage() for r in records] == ["event=job_failed id=4"]
+    assert bare_logger.handlers == [host]
+    assert capsys.readouterr().err == ""
+
+
+def test_an_unknown_level_is_refused():
+    with pytest.raises(KeyError):
+        listener.show_event_lines("chatty")
