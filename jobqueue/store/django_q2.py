@@ -206,12 +206,12 @@ def requeue(
     Returns, per letter id, (new django-q2 task id, None) or (None, reason skipped). The caller
     marks the replayed letters 'replaying'; `replay_ref` is set here.
     """
+    if not letters:
+        return {}  # before importing django-q2: a replay of other sources must not need it
     from django_q.conf import Conf
     from django_q.models import Failure
     from django_q.tasks import async_task
 
-    if not letters:
-        return {}
     if using != Conf.ORM or Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict):
         # Another broker would hand the task to the cluster before this transaction commits:
         # its result could arrive before `replay_ref` is visible and the outcome be lost.
