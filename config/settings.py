@@ -95,6 +95,7 @@ STATIC_ROOT = VAR_DIR / "static"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/deadletters/"
+LOGOUT_URL = "logout"  # the console's "Log out" posts here (no setting: no button)
 LOGOUT_REDIRECT_URL = "login"
 
 TASKS = {

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import views
+from . import dashboard, views
 
 app_name = "deadletters"
 
@@ -18,4 +18,5 @@ urlpatterns = [
         name="run-control",
     ),
     path("audit/", views.audit, name="audit"),
+    path("health/", dashboard.dashboard, name="health"),
 ]
