@@ -50,6 +50,16 @@ def show_event_lines(level: str | int | None = None) -> logging.Logger:
     return logger
 
 
+def add_log_level_argument(parser):
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        default=None,
+        help="Level of the event lines (default INFO, or what the project's LOGGING sets).",
+    )
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one log field: database errors carry multi-line details."""
     lines = str(exc).strip().splitlines()

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from jobqueue.listener import add_log_level_argument, show_event_lines
 from jobqueue.management.commands.runworker import ensure_migrated, positive
 from jobqueue.relay import Relay
 
@@ -8,6 +9,7 @@ class Command(BaseCommand):
     help = "Run an outbox relay: claim unpublished messages, publish them, mark them published."
 
     def add_arguments(self, parser):
+        add_log_level_argument(parser)
         parser.add_argument(
             "--batch",
             type=positive(int),
@@ -36,6 +38,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        show_event_lines(opts["log_level"])
         ensure_migrated()
         relay = Relay(
             relay_id=opts["relay_id"],

@@ -7,7 +7,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from jobqueue.listener import first_line, logfmt, next_backoff
+from jobqueue.listener import (
+    add_log_level_argument,
+    first_line,
+    logfmt,
+    next_backoff,
+    show_event_lines,
+)
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
@@ -59,6 +65,7 @@ class Command(BaseCommand):
     help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
 
     def add_arguments(self, parser):
+        add_log_level_argument(parser)
         parser.add_argument(
             "--queue",
             "-q",
@@ -122,6 +129,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        show_event_lines(opts["log_level"])
         if opts["prefetch"] is not None and opts["prefetch"] < 0:
             raise CommandError("--prefetch must be 0 or more", returncode=2)
         wait_for_database()
