@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
@@ -9,6 +10,9 @@ class DeadlettersConfig(AppConfig):
 
     def ready(self):
         post_migrate.connect(_ensure_counters, sender=self)
+        from . import checks as deadletters_checks
+
+        checks.register(deadletters_checks.replay_settings)
         # The health figures count pending dead letters through our trigger-kept counters
         # (jobqueue, which imports nothing from us, would otherwise count the big table).
         from jobqueue import health

@@ -65,10 +65,16 @@ class ConfirmForm(forms.Form):
     allow_poisoned = forms.BooleanField(required=False)
     rate = forms.FloatField(
         required=False,
-        min_value=0,
+        # The range itself is checked in clean_rate, with the message every entry point gives.
+        widget=forms.NumberInput(attrs={"min": 0, "max": conf.MAX_REPLAY_RATE, "step": "any"}),
         help_text="Items per second for a background run; 0 or empty is unlimited.",
     )
 
     def clean_rate(self):
         rate = self.cleaned_data.get("rate")
-        return conf.get("REPLAY_RATE") if rate is None else rate
+        if rate is None:
+            return conf.get("REPLAY_RATE")
+        try:
+            return conf.validate_replay_rate(rate)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None

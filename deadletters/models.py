@@ -57,6 +57,9 @@ class ReplayRun(models.Model):
     allow_poisoned = models.BooleanField(default=False)
     batch_size = models.PositiveIntegerField()
     rate = models.FloatField(default=0, help_text="items per second; 0 is unlimited")
+    # The rate's schedule: when the next item may go. Kept on the run, not in a runner's
+    # memory, because a paced run is carried out by a chain of short worker jobs.
+    next_item_at = models.DateTimeField(null=True, blank=True)
 
     state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.QUEUED)
     requested = models.PositiveIntegerField()
@@ -64,7 +67,8 @@ class ReplayRun(models.Model):
     done = models.PositiveIntegerField(default=0)  # replayed (or discarded)
     skipped = models.PositiveIntegerField(default=0)
     batches = models.PositiveIntegerField(default=0)
-    # Bumped on resume: a runner whose generation is stale stops, so one runner drives a run.
+    # The runner's ticket, bumped on resume and when a paced runner hands over to its
+    # continuation: a runner whose generation is stale stops, so one runner drives a run.
     generation = models.PositiveIntegerField(default=0)
     stopped_by = models.CharField(max_length=150, blank=True, default="")
 

@@ -7,9 +7,10 @@ with the ledger rows of the batch, so a batch is recorded exactly when it happen
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
@@ -77,6 +78,13 @@ def start_run(
     larger one is handed to the background runner on our queue (`background=False`: the caller
     drives it with `carry_out`, as the CLI does).
     """
+    # Checked again here, not only in the form, the CLI and at start-up: a rate or batch size
+    # out of range would overflow the schedule or loop without progress in the runner.
+    try:
+        rate = conf.validate_replay_rate(conf.get("REPLAY_RATE") if rate is None else rate)
+        batch_size = conf.validate_replay_batch_size(conf.get("REPLAY_BATCH_SIZE"))
+    except ValueError as exc:
+        raise RefusedError(str(exc)) from None
     reason = (reason or "").strip()
     if not reason:
         raise RefusedError("A reason is required.")
@@ -109,43 +117,57 @@ def start_run(
             filter=selection.filter,
             job_types=job_types,
             allow_poisoned=allow_poisoned and selection.action == Action.REPLAY,
-            batch_size=conf.get("REPLAY_BATCH_SIZE"),
-            rate=conf.get("REPLAY_RATE") if rate is None else rate,
+            batch_size=batch_size,
+            rate=rate,
             requested=len(ids),
             created_at=now,
             updated_at=now,
         )
         if run.requested <= run.batch_size:
-            process_batch(run.pk, now=now)
+            # Under a rate only the first item(s) may go now; the runner does the rest on time.
+            process_batch(run.pk, now=now, reschedule=background)
             run.refresh_from_db()
         elif background:
             _enqueue_runner(run)
     return run
 
 
-def _enqueue_runner(run: ReplayRun):
+def _enqueue_runner(run: ReplayRun, *, at=None):
     from .tasks import carry_out_run
 
-    carry_out_run.enqueue(run.pk, run.generation)
+    task = carry_out_run if at is None else carry_out_run.using(run_after=at)
+    task.enqueue(run.pk, run.generation)
 
 
 @dataclass
 class BatchResult:
     handled: int
     more: bool
-    rate: float
+    # When the run's next item may go, if not straight away (a paced run ahead of schedule).
+    due_at: datetime | None = None
+
+
+# A runner that comes late (the worker was busy, the run was paused) may catch up at most this
+# many seconds of its schedule at once: the rate holds over any second, give or take one item,
+# while a late runner still gets through about a second's worth of items per wake-up.
+PACING_WINDOW = 1.0
+# How often a caller driving a run in its own process looks at the run again while it waits
+# for the next item: a pause or cancel takes effect within this many seconds.
+STATE_CHECK_SECONDS = 1.0
 
 
 DEADLOCK_RETRIES = 3
 
 
-def process_batch(run_id: int, *, generation: int | None = None, now=None) -> BatchResult:
+def process_batch(
+    run_id: int, *, generation: int | None = None, now=None, reschedule: bool = False
+) -> BatchResult:
     """Carry out the next batch of a run in one transaction with its ledger rows; a batch
     PostgreSQL chose as a deadlock victim (a sweep burying letters of the same counters in its
     own order) is rolled back whole, so it is simply tried again."""
     for attempt in range(1, DEADLOCK_RETRIES + 1):
         try:
-            return _process_batch(run_id, generation=generation, now=now)
+            return _process_batch(run_id, generation=generation, now=now, reschedule=reschedule)
         except OperationalError as exc:
             deadlock = getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "40P01"
             if (
@@ -157,21 +179,35 @@ def process_batch(run_id: int, *, generation: int | None = None, now=None) -> Ba
     raise AssertionError("unreachable")
 
 
-def _process_batch(run_id: int, *, generation: int | None = None, now=None) -> BatchResult:
+def _process_batch(
+    run_id: int, *, generation: int | None = None, now=None, reschedule: bool = False
+) -> BatchResult:
     """Carry out the next batch of a run in one transaction with its ledger rows.
 
     The run row is locked first, so two runners of one run take turns and never read the same
     position; a runner killed mid-batch rolls the whole batch back and the next one redoes it.
     `generation` is the runner's ticket: after a resume an older runner stops here.
+
+    A batch holds at most the run's batch size, and under a rate only the items whose time has
+    come. With `reschedule`, a run left with items not yet due gets its continuation runner
+    (run after the next item's time) in this same transaction, as the next generation: this
+    runner's job may still be retried if its worker dies before acknowledging it, and that
+    retry must then find itself stale rather than drive the run beside the continuation.
     """
     with transaction.atomic():
         run = ReplayRun.objects.select_for_update().select_related("selection").get(pk=run_id)
         if run.state not in ACTIVE_STATES or (
             generation is not None and generation != run.generation
         ):
-            return BatchResult(0, False, run.rate)
+            return BatchResult(0, False)
         now = now or timezone.now()
-        ids = run.selection.dead_letter_ids[run.processed : run.processed + run.batch_size]
+        allowed, due = _allowance(run, now)
+        if not allowed:  # a runner woke before its time (clocks differ between machines)
+            if reschedule:
+                _continue_later(run, due)
+                run.save(update_fields=["generation"])
+            return BatchResult(0, True, due)
+        ids = run.selection.dead_letter_ids[run.processed : run.processed + allowed]
         letters = _lock_in_order(ids)
         batch_no = run.batches + 1
         if run.action == Action.REPLAY:
@@ -210,8 +246,54 @@ def _process_batch(run_id: int, *, generation: int | None = None, now=None) -> B
         run.updated_at = now
         if run.processed >= run.requested:
             run.state, run.finished_at = RunState.FINISHED, now
+        due_at = None
+        if run.rate:
+            run.next_item_at = due + timedelta(seconds=len(ids) / _pace(run.rate))
+            if run.next_item_at > now and run.state in ACTIVE_STATES:
+                due_at = run.next_item_at
+                if reschedule:
+                    _continue_later(run, due_at)
         run.save()
-        return BatchResult(len(ids), run.state in ACTIVE_STATES, run.rate)
+        return BatchResult(len(ids), run.state in ACTIVE_STATES, due_at)
+
+
+def _pace(rate: float) -> float:
+    """The rate a run is paced at: runs confirmed before rates were checked may hold one out
+    of range (1e-300 overflowed the wait), so they run at the nearest sane rate instead."""
+    if not math.isfinite(rate) or rate < conf.MIN_REPLAY_RATE:
+        return conf.MIN_REPLAY_RATE
+    return min(rate, conf.MAX_REPLAY_RATE)
+
+
+def _allowance(run: ReplayRun, now) -> tuple[int, datetime | None]:
+    """How many items of the run may go now, and the time the first of them was due.
+
+    Per item, not per batch: item n of a run at rate r goes no earlier than start + n/r. A
+    runner that comes late may take the items that fell due meanwhile, but at most
+    PACING_WINDOW seconds' worth, so a lull is never followed by a burst above the rate (a
+    token bucket holding a second of tokens, its first item going at once). When nothing may go
+    yet, returns (0, when the next item may).
+    """
+    left = min(run.batch_size, run.requested - run.processed)
+    if not run.rate:
+        return left, None
+    rate = _pace(run.rate)
+    interval = 1.0 / rate
+    earliest = now - timedelta(seconds=max(0.0, PACING_WINDOW - interval))
+    due = max(run.next_item_at or now, earliest)
+    if due > now:
+        return 0, due
+    # A microsecond of slack: the schedule is kept in whole microseconds.
+    fell_due = int(((now - due).total_seconds() + 1e-6) * rate) + 1
+    return min(left, fell_due), due
+
+
+def _continue_later(run: ReplayRun, at):
+    """Hand the run to a continuation runner that starts when its next item is due, instead of
+    sleeping in a worker slot until then. The caller saves the bumped generation in the
+    transaction that enqueues the continuation."""
+    run.generation += 1
+    _enqueue_runner(run, at=at)
 
 
 def _lock_in_order(ids) -> dict:
@@ -255,19 +337,36 @@ def _replay(ids, letters, *, allow_poisoned: bool, now):
     return outcome.done, {**poisoned, **outcome.skipped}, outcome.refs
 
 
-def carry_out(run_id: int, generation: int | None = None, *, sleep=time.sleep, clock=None):
-    """Drive a run to its end, one batch per transaction, at the run's rate (items/second).
-
-    Stops early when the run is paused or cancelled, or a newer runner took over.
+def run_due(run_id: int, generation: int, *, clock=timezone.now) -> BatchResult:
+    """One attempt of the background runner (`tasks.carry_out_run`): carry out the batches that
+    are due, and if the run is paced and its next item is not due yet, leave a continuation
+    runner for that time and return. It never sleeps, so a waiting run holds no worker slot:
+    other runs' runners and other jobs use the slot meanwhile, and a pause or cancel is seen
+    before the next batch of the continuation, which then stops without doing anything.
+    An unpaced run is driven to its end in this attempt, one transaction per batch.
     """
-    clock = clock or time.monotonic
     while True:
-        started = clock()
-        result = process_batch(run_id, generation=generation)
+        result = process_batch(run_id, generation=generation, now=clock(), reschedule=True)
+        if not result.more or result.due_at is not None:
+            return result
+
+
+def carry_out(run_id: int, generation: int | None = None, *, sleep=time.sleep, clock=None):
+    """Drive a run to its end in the caller's own process (the CLI), at the run's rate.
+
+    Waits between items here, which is fine for a command, never for a worker (see
+    `run_due`); it looks at the run at least every STATE_CHECK_SECONDS while waiting, so it
+    stops within a second when the run is paused or cancelled, or a newer runner took over.
+    """
+    clock = clock or timezone.now
+    while True:
+        result = process_batch(run_id, generation=generation, now=clock())
         if not result.more:
             return
-        if result.rate > 0:
-            sleep(max(0.0, result.handled / result.rate - (clock() - started)))
+        if result.due_at is not None:
+            wait = (result.due_at - clock()).total_seconds()
+            if wait > 0:
+                sleep(min(wait, STATE_CHECK_SECONDS))
 
 
 def pause(run: ReplayRun, *, operator, now=None) -> bool:
@@ -317,6 +416,8 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
         locked.updated_at = now
         locked.save()
         _record_control(locked, RunControl.RESUMED, operator, now)
-        _enqueue_runner(locked)
+        # A paced run resumed before its next item's time: the runner starts at that time.
+        due = locked.next_item_at if locked.next_item_at and locked.next_item_at > now else None
+        _enqueue_runner(locked, at=due)
     run.refresh_from_db()
     return True

@@ -127,15 +127,6 @@ def test_big_run_goes_to_the_background_and_batches_stay_bounded(operator, small
     assert Counter(run.items.values_list("batch", flat=True)) == {1: 3, 2: 3, 3: 2}
 
 
-def test_rate_paces_batches(operator, small_batches):
-    letters = DeadLetterFactory.create_batch(7)
-    run = start(operator, letters, rate=2.0)
-    waits = []
-    services.carry_out(run.pk, run.generation, sleep=waits.append, clock=lambda: 0.0)
-    # 3 items at 2/s = 1.5 s after each batch that leaves work behind.
-    assert waits == [1.5, 1.5]
-
-
 def test_resumed_run_replays_nothing_twice(operator, small_batches, monkeypatch):
     letters = DeadLetterFactory.create_batch(8)
     run = start(operator, letters)
