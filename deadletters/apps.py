@@ -13,6 +13,7 @@ class DeadlettersConfig(AppConfig):
         from . import checks as deadletters_checks
 
         checks.register(deadletters_checks.replay_settings)
+        checks.register(deadletters_checks.console_setup)
         # The health figures count pending dead letters through our trigger-kept counters
         # (jobqueue, which imports nothing from us, would otherwise count the big table).
         from jobqueue import health

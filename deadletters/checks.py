@@ -26,3 +26,63 @@ def replay_settings(app_configs=None, **kwargs):
                 )
             )
     return errors
+
+
+HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
+KNOWN_SOURCES = {"jobqueue": None, "django_q2": ("django_q", "redrive[django-q2]")}
+
+
+def console_setup(app_configs=None, **kwargs):
+    """The console's pages tell full loads from htmx swaps by request.htmx, which only
+    django-htmx's middleware sets; a source named in settings must be installed."""
+    from django.apps import apps
+    from django.conf import settings
+
+    from jobqueue.checks import installed
+
+    found = []
+    if HTMX_MIDDLEWARE not in settings.MIDDLEWARE:
+        found.append(
+            checks.Error(
+                "The dead-letter console needs django-htmx's middleware.",
+                hint=f'MIDDLEWARE += ["{HTMX_MIDDLEWARE}"]',
+                id="redrive.E003",
+            )
+        )
+    if not apps.is_installed("django_htmx"):
+        found.append(
+            checks.Error(
+                "The dead-letter console needs django-htmx installed as an app.",
+                hint='INSTALLED_APPS += ["django_htmx"]',
+                id="redrive.E004",
+            )
+        )
+    for source in conf.get("SOURCES"):
+        if source not in KNOWN_SOURCES:
+            found.append(
+                checks.Error(
+                    f"Unknown dead-letter source {source!r}.",
+                    hint=f"Sources are {', '.join(sorted(KNOWN_SOURCES))}.",
+                    id="redrive.E005",
+                )
+            )
+            continue
+        needs = KNOWN_SOURCES[source]
+        if needs and not installed(needs[0]):
+            found.append(
+                checks.Error(
+                    f"Dead-letter source {source!r} is configured but {needs[0]!r} is not "
+                    f"installed: pip install '{needs[1]}'",
+                    id="redrive.E002",
+                )
+            )
+        elif needs and not apps.is_installed(needs[0]):
+            found.append(
+                checks.Error(
+                    f"Dead-letter source {source!r} is configured but {needs[0]!r} is not in "
+                    "INSTALLED_APPS, so its failures never reach the console.",
+                    hint=f'INSTALLED_APPS += ["{needs[0]}"]',
+                    id="redrive.E006",
+                )
+            )
+    return found

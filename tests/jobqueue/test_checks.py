@@ -126,3 +126,33 @@ def test_metrics_without_a_token_in_production_is_warned(settings):
     settings.REDRIVE_METRICS_TOKEN = ""
     settings.DEBUG = True
     assert checks.check_metrics_token() == []
+
+
+def test_the_console_without_htmx_middleware_is_an_error(settings):
+    from deadletters.checks import HTMX_MIDDLEWARE, console_setup
+
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != HTMX_MIDDLEWARE]
+    found = console_setup()
+    assert ids(found) == ["redrive.E003"]
+    assert HTMX_MIDDLEWARE in found[0].hint
+
+
+def test_a_configured_source_whose_package_is_missing_names_the_extra(settings, monkeypatch):
+    from deadletters import checks as console_checks
+
+    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    real = checks.installed
+    monkeypatch.setattr(checks, "installed", lambda module: module != "django_q" and real(module))
+    found = console_checks.console_setup()
+    assert ids(found) == ["redrive.E002"]
+    assert "redrive[django-q2]" in found[0].msg
+    settings.DEADLETTERS_SOURCES = ["jobqueue", "celery"]
+    assert ids(console_checks.console_setup()) == ["redrive.E005"]
+
+
+def test_a_configured_source_not_in_installed_apps_is_an_error(settings):
+    from deadletters.checks import console_setup
+
+    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django_q"]
+    assert ids(console_setup()) == ["redrive.E006"]
