@@ -25,8 +25,9 @@ PRODUCTION_KEY = "Zq8" + "x7-Lm_Pw2rT9vB4nK6yH1cJ5dF3gS0aQ" * 2
 
 
 def environment(**extra):
-    """The process environment of a production start: DEBUG off, no SECRET_KEY unless given."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    """The environment of a production start: only what is given (DEBUG off, no SECRET_KEY
+    unless given), none of the variables the test run sets for itself."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
