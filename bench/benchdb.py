@@ -1,6 +1,7 @@
 """The benchmarks' own PostgreSQL databases: made fresh (and migrated), dropped afterwards."""
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,10 @@ import psycopg
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The project refuses to start without a SECRET_KEY (config/secret_key.py): a throwaway one for
+# this bench, in the environment of every process it starts and before it sets Django up.
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 
 def server_url() -> str:

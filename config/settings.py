@@ -7,6 +7,7 @@ write lock instead of failing with "database is locked" halfway through a transa
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -15,8 +16,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("REDRIVE_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "redrive-insecure-development-key-change-me")
 DEBUG = os.environ.get("DEBUG", "0") == "1"
+# Never a key from the repository (config/secret_key.py says why). With DEBUG off a missing key
+# stays empty and every entry point refuses to start; with DEBUG on, a random key kept in var/.
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY and DEBUG:
+    from config.secret_key import load_or_create
+
+    SECRET_KEY = load_or_create(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 INSTALLED_APPS = [
@@ -28,6 +35,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "django_q",
+    "axes",
+    "config.apps.ProjectConfig",
     "jobqueue",
     "deadletters",
     "demo",
@@ -41,8 +50,59 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Every page, the console and the admin alike: scripts and styles only from our own static
+# files; no inline script, no eval (htmx runs with allowEval off: templates/base.html).
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+
+# Served over HTTPS (REDRIVE_HTTPS=1, the production setting the README documents): cookies only
+# over TLS, plain HTTP redirected, HSTS. Behind a proxy that terminates TLS, REDRIVE_PROXY_SSL=1
+# trusts its X-Forwarded-Proto (only safe when the proxy overwrites that header).
+HTTPS = os.environ.get("REDRIVE_HTTPS", "0") == "1"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS and os.environ.get("REDRIVE_SSL_REDIRECT", "1") == "1"
+SECURE_HSTS_SECONDS = int(os.environ.get("REDRIVE_HSTS_SECONDS", 31_536_000)) if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS and os.environ.get("REDRIVE_HSTS_SUBDOMAINS", "1") == "1"
+SECURE_HSTS_PRELOAD = HTTPS and os.environ.get("REDRIVE_HSTS_PRELOAD", "1") == "1"
+if os.environ.get("REDRIVE_PROXY_SSL", "0") == "1":
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("REDRIVE_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+SESSION_COOKIE_HTTPONLY = True
+
+# Failed logins (django-axes): 5 wrong passwords for one username from one address lock that
+# pair out for 15 minutes, even with the right password; a success resets the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("REDRIVE_LOGIN_FAILURE_LIMIT", 5))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("REDRIVE_LOGIN_LOCKOUT_MINUTES", 15)))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind N reverse proxies the client address is the Nth from the right of X-Forwarded-For.
+if os.environ.get("REDRIVE_PROXY_COUNT"):
+    AXES_IPWARE_PROXY_COUNT = int(os.environ["REDRIVE_PROXY_COUNT"])
+    AXES_IPWARE_PROXY_ORDER = "right-most"
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
 
 ROOT_URLCONF = "config.urls"
 
@@ -130,17 +190,21 @@ LOGGING = {
             "level": os.environ.get("JOBQUEUE_LOG_LEVEL", "INFO"),
         },
         "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # Server errors (500s, with their tracebacks) to stderr: Django's default sends them
+        # only to the console with DEBUG on, or by mail to ADMINS.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 
 # Dead-letter console (deadletters/conf.py documents each one).
-DEADLETTERS_REDACT_KEYS = [
-    key.strip()
-    for key in os.environ.get(
-        "DEADLETTERS_REDACT_KEYS", "password,secret,token,api_key,authorization,card_number"
-    ).split(",")
-    if key.strip()
-]
+# Payload keys whose values are masked: case-insensitive regular expressions searched in each key
+# (deadletters/redaction.py); env DEADLETTERS_REDACT_PATTERNS, a comma list, replaces the default.
+if os.environ.get("DEADLETTERS_REDACT_PATTERNS"):
+    DEADLETTERS_REDACT_PATTERNS = [
+        pattern.strip()
+        for pattern in os.environ["DEADLETTERS_REDACT_PATTERNS"].split(",")
+        if pattern.strip()
+    ]
 DEADLETTERS_REPLAY_BATCH_SIZE = int(os.environ.get("DEADLETTERS_REPLAY_BATCH_SIZE", 100))
 DEADLETTERS_MAX_REPLAYS = int(os.environ.get("DEADLETTERS_MAX_REPLAYS", 3))
 DEADLETTERS_REPLAY_RATE = float(os.environ.get("DEADLETTERS_REPLAY_RATE", 0))

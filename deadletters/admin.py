@@ -3,13 +3,16 @@
 The audit log is append-only: no add, change or delete, and no bulk actions.
 """
 
+import json
+
 from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
 from jobqueue.models import DeadLetter
 
-from .models import ReplayItem, ReplayRun, RunEvent, Selection
+from . import redaction
+from .models import ReplayItem, ReplayRun, Reveal, RunEvent, Selection
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -39,6 +42,22 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     list_filter = ["state", "queue_name"]
     search_fields = ["=id", "task_path", "idempotency_key"]
     show_full_result_count = False
+    # The raw argument fields would show every secret: the admin shows the masked copy the
+    # console shows (unmasked only through the console's audited Reveal).
+    exclude = ["args", "kwargs"]
+    readonly_fields = ["masked_args", "masked_kwargs"]
+
+    @admin.display(description="Args")
+    def masked_args(self, letter):
+        return format_html("<pre>{}</pre>", _masked_json(letter.args))
+
+    @admin.display(description="Kwargs")
+    def masked_kwargs(self, letter):
+        return format_html("<pre>{}</pre>", _masked_json(letter.kwargs))
+
+
+def _masked_json(value):
+    return json.dumps(redaction.redact(value), indent=2, ensure_ascii=False, sort_keys=True)
 
 
 @admin.register(ReplayRun)
@@ -86,3 +105,10 @@ class SelectionAdmin(ReadOnlyAdmin):
 class RunEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "run", "action", "operator_name", "at"]
     list_filter = ["action"]
+
+
+@admin.register(Reveal)
+class RevealAdmin(ReadOnlyAdmin):
+    list_display = ["id", "at", "operator_name", "dead_letter_id", "task_path", "via"]
+    list_filter = ["via"]
+    search_fields = ["operator_name", "=dead_letter__id"]

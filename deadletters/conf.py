@@ -3,8 +3,26 @@
 from django.conf import settings
 
 DEFAULTS = {
-    # Payload keys shown as •••• on the detail page, matched case-insensitively at any depth.
-    "REDACT_KEYS": ("password", "secret", "token", "api_key", "authorization", "card_number"),
+    # Payload values shown as ••••: regular expressions searched case-insensitively in each key,
+    # at any depth (deadletters/redaction.py). "token" masks access_token, refresh_token, ...
+    "REDACT_PATTERNS": (
+        "passw(or)?d",
+        "pwd",
+        "secret",
+        "token",
+        "api[-_]?key",
+        "^auth$",
+        "authorization",
+        "credential",
+        "private[-_]?key",
+        "session",
+        "cookie",
+        "signature",
+        "card[-_]?number",
+        "cvc",
+        "cvv",
+        "iban",
+    ),
     # Items replayed or discarded per transaction; a run no larger runs inside the request.
     "REPLAY_BATCH_SIZE": 100,
     # An item replayed this many times is skipped unless the operator may replay poison.

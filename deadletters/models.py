@@ -278,3 +278,29 @@ class HourlyCount(models.Model):
 
     def __str__(self):
         return f"{self.task_path} {self.hour:%Y-%m-%d %H}h: {self.dead_lettered}"
+
+
+class Reveal(models.Model):
+    """Who saw a dead letter's payload unmasked, when, and through what (console or CLI).
+
+    Append-only like the rest of the audit; its `view_secrets` permission is the one that
+    allows a reveal at all (deadletters/redaction.py)."""
+
+    # No database constraint, as in the ledger: the record outlives pruned queue rows.
+    dead_letter = models.ForeignKey(
+        DeadLetter, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    task_path = models.CharField(max_length=255)
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    operator_name = models.CharField(max_length=150)
+    via = models.CharField(max_length=20)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        permissions = [("view_secrets", "Can see dead-letter payloads unmasked (audited)")]
+
+    def __str__(self):
+        return f"{self.operator_name} revealed dead letter {self.dead_letter_id} via {self.via}"

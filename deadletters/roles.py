@@ -14,11 +14,14 @@ ROLE_PERMISSIONS = {
         "deadletters.replay_deadletter",
         "deadletters.discard_deadletter",
         "deadletters.replay_poisoned",
+        # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
+        "deadletters.view_secrets",
         # The read-only admin pages of the queue and the audit log.
         "jobqueue.view_deadletter",
         "deadletters.view_replayrun",
         "deadletters.view_replayitem",
         "deadletters.view_selection",
+        "deadletters.view_reveal",
     ],
 }
 GROUP_NAMES = {role: f"Dead-letter {role}s" for role in ROLE_PERMISSIONS}

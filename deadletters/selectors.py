@@ -14,11 +14,10 @@ from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 from jobqueue.store import django_q2 as q2_store
 
-from . import conf
+from . import conf, redaction
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-REDACTED = "••••"
 POISON_REASON = "replayed {n} times already (poison limit)"
 # Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
 CHUNK = 5000
@@ -245,19 +244,6 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
 # --- detail -------------------------------------------------------------------------------
 
 
-def redact(value, keys=None):
-    """A copy of a payload with the values of sensitive keys (at any depth) replaced."""
-    if keys is None:
-        keys = {k.lower() for k in conf.get("REDACT_KEYS")}
-    if isinstance(value, dict):
-        return {
-            k: REDACTED if str(k).lower() in keys else redact(v, keys) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(v, keys) for v in value]
-    return value
-
-
 @dataclass
 class Detail:
     letter: DeadLetter
@@ -268,9 +254,13 @@ class Detail:
     payload_summarised: bool = False  # django-q2 arguments shown as `$not_json` summaries
 
 
-def detail(pk: int) -> Detail:
+def detail(pk: int, *, redacted: bool = True) -> Detail:
+    """Unredacted only for a caller that has checked and recorded the reveal
+    (redaction.record_reveal)."""
     letter = DeadLetter.objects.get(pk=pk)
-    payload = redact({"args": letter.args, "kwargs": letter.kwargs})
+    payload = {"args": letter.args, "kwargs": letter.kwargs}
+    if redacted:
+        payload = redaction.redact(payload)
     history = list(
         ReplayItem.objects.filter(dead_letter_id=letter.pk)
         .select_related("run", "job")

@@ -9,6 +9,7 @@ urlpatterns = [
     path("list/", views.letter_list, name="list"),
     path("list/count/", views.matching_count, name="count"),
     path("<int:pk>/", views.letter_detail, name="detail"),
+    path("<int:pk>/reveal/", views.reveal, name="reveal"),
     path("preview/", views.preview, name="preview"),
     path("selections/<int:pk>/", views.confirm, name="confirm"),
     path("runs/<int:pk>/", views.run_detail, name="run"),

@@ -15,11 +15,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import DeadLetter
 
-from . import conf, selectors, services
+from . import conf, redaction, selectors, services
 from .forms import ConfirmForm, FilterForm, _day_start
 from .models import Action, ReplayRun, Selection
 
@@ -111,6 +112,7 @@ def _permissions(user):
         "can_replay": user.has_perm(ACTION_PERMISSION[Action.REPLAY]),
         "can_discard": user.has_perm(ACTION_PERMISSION[Action.DISCARD]),
         "can_replay_poisoned": user.has_perm(POISON),
+        "can_reveal": user.has_perm(redaction.REVEAL_PERMISSION),
     }
 
 
@@ -125,6 +127,26 @@ def letter_detail(request, pk):
         request,
         "deadletters/detail.html",
         {"d": detail, "letter": detail.letter, **_permissions(request.user)},
+    )
+
+
+@require_POST
+@console_view
+@never_cache
+def reveal(request, pk):
+    """The detail page with the masked values shown, for a user with the permission; each
+    reveal is recorded. A POST, so a link or a reload never reveals (or records) by itself."""
+    if not request.user.has_perm(redaction.REVEAL_PERMISSION):
+        raise PermissionDenied
+    try:
+        detail = selectors.detail(pk, redacted=False)
+    except DeadLetter.DoesNotExist:
+        raise Http404("No such dead letter") from None
+    redaction.record_reveal(request.user, detail.letter, via="console")
+    return render(
+        request,
+        "deadletters/detail.html",
+        {"d": detail, "letter": detail.letter, "revealed": True, **_permissions(request.user)},
     )
 
 

@@ -8,6 +8,17 @@ import pytest
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# Production refuses to start without a SECRET_KEY (config/secret_key.py) and the tests run with
+# DEBUG off, so they bring a key of their own: in the environment for every process they start
+# (workers, relays, qcluster), and in the settings pytest-django loaded before this file.
+os.environ.setdefault("SECRET_KEY", "redrive-tests-only-" + "k3y" * 16)
+
+
+def pytest_configure(config):
+    from django.conf import settings
+
+    settings.SECRET_KEY = os.environ["SECRET_KEY"]
+
 
 def database_url(connection) -> str:
     """The URL of the test database, for worker subprocesses."""

@@ -139,7 +139,7 @@ def test_overview_polls_and_renders_chart(viewer_client):
 
 
 def test_everything_from_errors_and_payloads_is_escaped(viewer_client, settings):
-    settings.DEADLETTERS_REDACT_KEYS = ["password"]
+    settings.DEADLETTERS_REDACT_PATTERNS = ["password"]
     attack = "<script>alert('x')</script>"
     letter = DeadLetterFactory(
         task_path="t",

@@ -24,7 +24,10 @@ def free_port() -> int:
 class Demo:
     def __init__(self, var_dir: Path, *args):
         self.port = free_port()
-        env = self.env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        # A fresh machine: no database URL, no SECRET_KEY (the demo makes its own under var/).
+        env = self.env = {
+            k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY")
+        }
         env.update(  # the embedded database, fast backoff
             REDRIVE_VAR_DIR=str(var_dir),
             JOBQUEUE_BACKOFF_BASE="0.05",
@@ -110,8 +113,13 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
     assert code == 0, demo.output()
     assert "Stopped." in demo.output()
     workers_log = (tmp_path / "demo-workers.log").read_text()
+    # The workers started: they got the demo's key (without one they refuse to start).
     assert workers_log.count("event=worker_stopped") == 2
     assert processes_with(str(tmp_path)) == []
+    key_file = tmp_path / "secret_key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_text()
+    assert len(key.strip()) >= 50
 
     again = Demo(tmp_path, "--outage", "0", "--fresh")
     try:
@@ -123,6 +131,7 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
         assert "payments:  0 seeded now, 4 in all" in rerun.output()  # reuses the data
     finally:
         assert rerun.stop() == 0
+    assert key_file.read_text() == key  # made once, kept (--fresh empties only the database)
 
 
 def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receipt_once(tmp_path):
@@ -162,7 +171,11 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
             out = subprocess.run(
                 [sys.executable, "manage.py", "fieldnotes", "receipts"],
                 cwd=BASE_DIR,
-                env={**demo.env, "REDRIVE_VAR_DIR": str(tmp_path)},
+                env={
+                    **demo.env,
+                    "REDRIVE_VAR_DIR": str(tmp_path),
+                    "SECRET_KEY": (tmp_path / "secret_key").read_text().strip(),
+                },
                 capture_output=True,
                 text=True,
                 check=True,

@@ -5,7 +5,7 @@ import json
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from deadletters import selectors, services
+from deadletters import redaction, selectors, services
 from deadletters.models import Action
 from deadletters.views import ACTION_PERMISSION, POISON, VIEW
 from jobqueue.models import DeadLetter, DeadLetterState
@@ -39,6 +39,12 @@ class Command(BaseCommand):
         show = sub.add_parser("show", help="One dead letter with its errors and history.")
         show.add_argument("id", type=int)
         show.add_argument("--json", action="store_true")
+        show.add_argument(
+            "--reveal",
+            action="store_true",
+            help="Show masked values unmasked (needs --operator with the permission; audited).",
+        )
+        show.add_argument("--operator", help="Username the reveal is recorded under.")
 
         for name in ("replay", "discard"):
             act = sub.add_parser(name, help=f"{name.title()} by id or by filter (audited).")
@@ -92,11 +98,18 @@ class Command(BaseCommand):
             self.stdout.write("no dead letters")
 
     def do_show(self, opts):
+        operator = None
+        if opts["reveal"]:
+            if not opts["operator"]:
+                raise CommandError("--reveal needs --operator NAME (the reveal is audited).")
+            operator = self._operator(opts["operator"], redaction.REVEAL_PERMISSION)
         try:
-            d = selectors.detail(opts["id"])
+            d = selectors.detail(opts["id"], redacted=operator is None)
         except DeadLetter.DoesNotExist:
             raise CommandError(f"No dead letter {opts['id']}") from None
         letter = d.letter
+        if operator is not None:
+            redaction.record_reveal(operator, letter, via="cli")
         data = {
             **{name: getattr(letter, name) for name in LIST_FIELDS},
             "idempotency_key": letter.idempotency_key,

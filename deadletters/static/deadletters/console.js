@@ -1,6 +1,12 @@
-// Stop polling after an error (the trigger filter reads data-poll-failed) and say so.
+// Stop polling after an error (each [data-poll] element's timer request is cancelled once its
+// data-poll-failed is set) and say so. A listener, not an hx-trigger filter: filters need eval,
+// which the Content-Security-Policy forbids.
 document.addEventListener("htmx:responseError", stopPolling);
 document.addEventListener("htmx:sendError", stopPolling);
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const elt = event.detail.elt;
+  if (elt.matches("[data-poll]") && elt.dataset.pollFailed === "true") event.preventDefault();
+});
 
 function stopPolling(event) {
   const poller = event.detail.elt.closest("[data-poll]");
