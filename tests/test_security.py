@@ -99,6 +99,7 @@ PRODUCTION = {
     "SECRET_KEY": PRODUCTION_KEY,
     "REDRIVE_HTTPS": "1",
     "ALLOWED_HOSTS": "redrive.example.com",
+    "REDRIVE_METRICS_TOKEN": "a-long-random-token-for-the-scraper",
 }
 
 
