@@ -41,7 +41,14 @@ from jobqueue import store
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
-from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
+from jobqueue.errors import (
+    InvalidPayload,
+    JobTimeout,
+    LeaseExpired,
+    UnknownTask,
+    class_path,
+    classify,
+)
 from jobqueue.listener import FaultPoints, Listener, Loop, logfmt, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
@@ -260,6 +267,7 @@ class Worker(Loop):
             if sweep:
                 self._last_sweep = now_mono
             claim_started = time.monotonic()
+            swept_dead: list[Job] = []
             jobs = store.claim(
                 worker_id=self.worker_id,
                 queues=self.queues,
@@ -268,7 +276,10 @@ class Worker(Loop):
                 now=self.clock(),
                 using=self.using,
                 sweep=sweep,
+                swept_dead=swept_dead,
             )
+            for job in swept_dead:  # finished too: their owner died on their last attempt
+                self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
@@ -662,10 +673,11 @@ class Worker(Loop):
         handled, as Django's own backends do: Django's log receiver then writes its ERROR line
         with the task's traceback (sys.exc_info())."""
         level = logging.INFO if exc is None else logging.ERROR
-        if not wants(task_finished, log_task_finished, level):
-            return
+        task = self.tasks.get(job.task_path)
+        if task is None or not wants(task_finished, log_task_finished, level):
+            return  # no task to describe (UnknownTask): its dead letter and log line say it all
         try:
-            result = self.backend.result_for(job, self.tasks.get(job.task_path))
+            result = self.backend.result_for(job, task)
             if exc is None:
                 task_finished.send(type(self.backend), task_result=result)
                 return

@@ -210,12 +210,15 @@ def claim(
     now: datetime | None = None,
     using: str = "default",
     sweep: bool = True,
+    swept_dead: list[Job] | None = None,
 ) -> list[Job]:
     """Lease up to `limit` due jobs in one short transaction; the handler runs after it commits.
+    The jobs come back in the order they should start: best priority first.
 
     The same transaction first sweeps expired leases: attempts left → ready again; final
     attempt → dead letter, so a worker killed on its last attempt never leaves a row stuck.
-    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.)
+    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.) Jobs the
+    sweep dead-lettered are appended to `swept_dead`, for the caller's task_finished signals.
     """
     now = now or timezone.now()
     dialect = _dialect(using)
@@ -230,11 +233,13 @@ def claim(
         # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
     with transaction.atomic(using=using):
-        sweep_expired(now=now, using=using)
+        sweep_expired(now=now, using=using, dead=swept_dead)
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
 
 
-def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int:
+def sweep_expired(
+    *, now: datetime | None = None, using: str = "default", dead: list[Job] | None = None
+) -> int:
     now = now or timezone.now()
     with transaction.atomic(using=using):
         expired = list(
@@ -260,6 +265,9 @@ def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int
                 using=using,
                 require_live_lease=False,
             )
+            if not retry and dead is not None:
+                job.state, job.finished_at = JobState.DEAD, now
+                dead.append(job)
             # The attempt's owner died or stalled, so it wrote no line of its own: say it here,
             # once the sweep has committed.
             fields = {

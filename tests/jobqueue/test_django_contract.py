@@ -22,7 +22,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.errors import InvalidArguments
+from jobqueue.errors import InvalidArguments, LeaseExpired
 from jobqueue.models import DeadLetter, Job, JobState
 from jobqueue.worker import Worker
 from tests.jobqueue import contract_tasks as t
@@ -256,6 +256,19 @@ def test_task_finished_is_sent_inside_the_failures_handling(run_worker, signals)
     assert status == TaskResultStatus.FAILED
     assert isinstance(exc, ValueError) and str(exc) == "This task failed due to ValueError"
     assert finished[done.id] == (TaskResultStatus.SUCCESSFUL, None)
+
+
+def test_task_finished_for_a_job_whose_worker_died_on_its_last_attempt(run_worker, signals):
+    long_ago = timezone.now() - timedelta(hours=1)
+    result = t.noop_task.using(run_after=long_ago).enqueue()
+    claimed = store.claim(worker_id="gone", queues=None, limit=1, lease_seconds=1, now=long_ago)
+    assert [job.pk for job in claimed] == [int(result.id)]
+    run_worker()  # its first claim sweeps the expired lease: the last attempt, so dead
+    [(status, exc)] = [(s, e) for name, id_, s, e in signals if name == "finished"]
+    assert status == TaskResultStatus.FAILED and isinstance(exc, LeaseExpired)
+    assert "lease held by gone expired" in str(exc)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
 
 
 def test_signals_in_order(run_worker, signals):
