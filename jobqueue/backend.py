@@ -34,7 +34,19 @@ from django.utils.module_loading import import_string
 
 from jobqueue import store
 from jobqueue.conf import policy
+from jobqueue.errors import InvalidArguments
 from jobqueue.models import Job, JobState
+
+# Column widths the task's own strings must fit (PostgreSQL refuses longer; SQLite would
+# silently keep them, so both databases are held to the same rule here).
+_MAX_LENGTHS = {
+    name: Job._meta.get_field(field).max_length
+    for name, field in (
+        ("queue_name", "queue_name"),
+        ("idempotency_key", "idempotency_key"),
+        ("module_path", "task_path"),
+    )
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,15 +95,32 @@ class DatabaseBackend(BaseTaskBackend):
             raise InvalidTask("max_attempts must be at least 1.")
         if task.timeout is not None and task.timeout <= 0:
             raise InvalidTask("timeout must be positive.")
+        for name, limit in _MAX_LENGTHS.items():
+            value = getattr(task, name, None)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise InvalidTask(f"{name} must be a string, not {type(value).__name__}.")
+            if len(value) > limit:
+                raise InvalidTask(f"{name} must be at most {limit} characters, not {len(value)}.")
+            if "\x00" in value:
+                raise InvalidTask(f"{name} must not contain NUL (\\u0000).")
 
     def new_job(self, task, args, kwargs, *, validated=False) -> store.NewJob:
+        """The row a call will be. Arguments that are not JSON, hold NUL or a lone surrogate
+        anywhere (keys too), or exceed MAX_PAYLOAD_BYTES raise InvalidArguments, a TypeError
+        as from Django's own backends, before anything is written: the same refusal on
+        PostgreSQL and SQLite (NUL is refused rather than escaped: a payload is stored as
+        given or not at all)."""
         if not validated:
             self.validate_task(task)
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-            encoded = store.check_payload(args, kwargs)  # fail here, as InvalidTask
+            encoded = store.check_payload(args, kwargs)
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"Task arguments must be JSON-serialisable and small: {exc}") from exc
+            raise InvalidArguments(
+                f"Task arguments must be JSON-serialisable and storable: {exc}"
+            ) from exc
         return store.NewJob(
             task_path=task.module_path,
             args=args,
@@ -107,7 +136,7 @@ class DatabaseBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):
         job, created = store.enqueue(self.new_job(task, args, kwargs), using=self.database)
-        result = self.result_for(job, task)
+        result = self.result_for(job, task, as_enqueued=created)
         if created and wants(task_enqueued, log_task_enqueued):
             task_enqueued.send(type(self), task_result=result)
         return result
@@ -122,7 +151,7 @@ class DatabaseBackend(BaseTaskBackend):
         results = []
         signal = wants(task_enqueued, log_task_enqueued)
         for job, created in store.enqueue_many(news, using=self.database):
-            result = self.result_for(job, task)
+            result = self.result_for(job, task, as_enqueued=created)
             if created and signal:
                 task_enqueued.send(type(self), task_result=result)
             results.append(result)
@@ -135,11 +164,17 @@ class DatabaseBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from exc
         return self.result_for(job)
 
-    def result_for(self, job: Job, task: DjangoTask | None = None) -> TaskResult:
+    def result_for(
+        self, job: Job, task: DjangoTask | None = None, *, as_enqueued: bool = False
+    ) -> TaskResult:
+        """The TaskResult of a row. `as_enqueued`: the row was just made from `task`, which is
+        then the result's task unchanged (its run_after included, even one in the past)."""
         if task is None:
             task = load_task(job.task_path)
-        deferred = job.run_after if job.run_after > job.enqueued_at else None
-        if (task.queue_name, task.priority, task.run_after) != (
+        # A job enqueued without run_after gets run_after == enqueued_at exactly; any other
+        # value (past or future, or a retry's time) was asked for.
+        deferred = job.run_after if job.run_after != job.enqueued_at else None
+        if not as_enqueued and (task.queue_name, task.priority, task.run_after) != (
             job.queue_name,
             job.priority,
             deferred,
@@ -178,10 +213,12 @@ def load_task(path: str) -> DjangoTask:
     return task
 
 
-def wants(signal, builtin_logger) -> bool:
+def wants(signal, builtin_logger, level: int = logging.INFO) -> bool:
     """Is a task signal worth sending? Not when its only receiver is Django's own log line and
-    that logger is quiet: dispatching it per job costs more than a quick job itself."""
-    if logging.getLogger("django.tasks").isEnabledFor(logging.INFO):
+    that logger would drop the line at `level` (the level that receiver logs this result at:
+    ERROR for a failed task): dispatching it per job costs more than a quick job itself, and
+    skipping it then changes nothing anyone can observe."""
+    if logging.getLogger("django.tasks").isEnabledFor(level):
         return signal.has_listeners()
     for entry in signal.receivers:
         ref = entry[1]

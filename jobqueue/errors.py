@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from django.tasks.exceptions import InvalidTask
+
 
 class PermanentError(Exception):
     """Retrying cannot help (invalid payload, rejected operation): dead-letter at once."""
@@ -33,6 +35,20 @@ class UnknownTask(PermanentError):
 
 class InvalidPayload(PermanentError):
     """The stored arguments cannot be passed to the task as it is now defined."""
+
+
+class UnstorableValue(ValueError):
+    """A JSON value one of the databases cannot store as it is: a string (or key) with NUL
+    (PostgreSQL refuses U+0000 in text and jsonb) or a lone surrogate. Refused on SQLite too, so
+    what a job may carry never depends on the database under it."""
+
+
+class InvalidArguments(InvalidTask, TypeError):
+    """Arguments refused at enqueue: not JSON, not storable (NUL, lone surrogates) or too big.
+
+    Django's own backends raise TypeError for arguments that are not JSON, so code written
+    against `django.tasks` catches TypeError; existing callers of this backend catch InvalidTask.
+    Both work."""
 
 
 @dataclass(frozen=True)

@@ -137,12 +137,16 @@ def publish(topic: str, payload: dict, *, key: str | None = None, using: str = "
         raise ValueError("topic must be a non-empty string of at most 255 characters")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
         raise ValueError("key must be None or a non-empty string of at most 255 characters")
+    for name, value in (("topic", topic), ("key", key)):
+        if value is not None and "\x00" in value:
+            raise ValueError(f"{name} must not contain NUL (\\u0000)")
     if not isinstance(payload, dict):
         raise TypeError(f"payload must be a JSON object (dict), not {type(payload).__name__}")
     try:
-        body = store.dumps(payload)
+        # Refused, as job arguments are, rather than stored on SQLite and refused by PostgreSQL.
+        body = store.storable_json(payload, "payload")
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"payload must be JSON-serialisable: {exc}") from exc
+        raise TypeError(f"payload must be JSON-serialisable and storable: {exc}") from exc
     limit = policy("MAX_PAYLOAD_BYTES")
     if len(body.encode()) > limit:
         raise ValueError(f"payload is {len(body.encode())} bytes, over the {limit}-byte limit")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, DataError, close_old_connections, connections
 from django.db.backends.signals import connection_created
 from django.tasks import TaskContext
 from django.tasks.signals import (
@@ -41,7 +41,14 @@ from jobqueue import store
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
-from jobqueue.errors import InvalidPayload, JobTimeout, UnknownTask, class_path, classify
+from jobqueue.errors import (
+    InvalidPayload,
+    JobTimeout,
+    LeaseExpired,
+    UnknownTask,
+    class_path,
+    classify,
+)
 from jobqueue.listener import FaultPoints, Listener, Loop, logfmt, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
@@ -89,6 +96,7 @@ class Finished:
     value: object = None
     error: BaseException | None = None
     formatted: str = ""
+    permanent: bool = False  # fail without retry whatever the error's class
 
 
 @dataclass
@@ -259,6 +267,7 @@ class Worker(Loop):
             if sweep:
                 self._last_sweep = now_mono
             claim_started = time.monotonic()
+            swept_dead: list[Job] = []
             jobs = store.claim(
                 worker_id=self.worker_id,
                 queues=self.queues,
@@ -267,7 +276,10 @@ class Worker(Loop):
                 now=self.clock(),
                 using=self.using,
                 sweep=sweep,
+                swept_dead=swept_dead,
             )
+            for job in swept_dead:  # finished too: their owner died on their last attempt
+                self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
@@ -424,9 +436,19 @@ class Worker(Loop):
                 value = task.call(*job.args, **job.kwargs)
             try:
                 value = normalize_json(value)
-                store.dumps(value)
+                store.storable_json(value, "the return value")
             except (TypeError, ValueError) as exc:
-                raise InvalidPayload(f"return value is not JSON: {exc}") from exc
+                # Recorded as raised (as Django's backends record the TypeError from converting
+                # it), but never retried: the task ran, and would only repeat its effect to
+                # return the same value. Refused here, the job fails alone; reaching the
+                # acknowledgement, it would fail the batch's statement.
+                return Finished(
+                    job.pk,
+                    time.monotonic() - started,
+                    error=exc,
+                    formatted="".join(tb.format_exception(exc)),
+                    permanent=True,
+                )
             return Finished(job.pk, time.monotonic() - started, value=value)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
@@ -474,11 +496,16 @@ class Worker(Loop):
         settled = bool(done or failed)
         try:
             if done:
-                self._acknowledge(done)
-                done = []
+                self._acknowledge(done)  # empties `done` as it settles each
             while failed:
                 held, fin = failed[0]
-                self._fail(held.job, fin.error, fin.formatted, duration=fin.duration)
+                self._fail(
+                    held.job,
+                    fin.error,
+                    fin.formatted,
+                    duration=fin.duration,
+                    permanent=fin.permanent,
+                )
                 self.held.pop(held.job.pk, None)
                 failed.pop(0)
         except DatabaseError:
@@ -487,12 +514,46 @@ class Worker(Loop):
             raise
         return settled
 
-    def _acknowledge(self, done):
+    def _acknowledge(self, done: list[tuple[Held, Finished]]):
+        """Store successes in one statement, removing each from `done` once settled (whatever
+        is left there when a database error escapes goes back for the next step)."""
         fault_point("after_effect")  # the handlers returned: their effects are committed
-        acked = store.acknowledge(
-            [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
-        )
+        try:
+            acked = store.acknowledge(
+                [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
+            )
+        except DataError:
+            # A value the database refuses fails the whole statement, and would again on every
+            # retry while the jobs beside it stay unacknowledged: store them one at a time and
+            # fail the refused one alone. (_execute already refuses every value it can tell
+            # is unstorable.)
+            self._acknowledge_one_by_one(done)
+            return
         fault_point("after_ack")
+        self._settle_acknowledged(done, acked)
+        done.clear()
+
+    def _acknowledge_one_by_one(self, done):
+        while done:
+            held, fin = done[0]
+            try:
+                acked = store.acknowledge(
+                    [(held.job, fin.value)], now=self.clock(), using=self.using
+                )
+            except DataError as exc:
+                self._fail(
+                    held.job,
+                    exc,
+                    "".join(tb.format_exception(exc)),
+                    duration=fin.duration,
+                    permanent=True,
+                )
+                self.held.pop(held.job.pk, None)
+            else:
+                self._settle_acknowledged([(held, fin)], acked)
+            done.pop(0)
+
+    def _settle_acknowledged(self, done, acked):
         for held, fin in done:
             self.held.pop(held.job.pk, None)
             job = held.job
@@ -508,11 +569,19 @@ class Worker(Loop):
             else:
                 self._lease_lost(job, "acknowledge")
 
-    def _fail(self, job: Job, exc: BaseException, formatted: str, *, duration: float):
+    def _fail(
+        self,
+        job: Job,
+        exc: BaseException,
+        formatted: str,
+        *,
+        duration: float,
+        permanent: bool = False,
+    ):
         now = self.clock()
         verdict = classify(exc)
         retry_at = None
-        if verdict.retry and job.attempts < job.max_attempts:
+        if verdict.retry and not permanent and job.attempts < job.max_attempts:
             delay = verdict.delay
             if delay is None:
                 base, cap = self._backoff_policy(job)
@@ -521,7 +590,7 @@ class Worker(Loop):
         entry = store.error_entry(
             job,
             class_path=class_path(type(exc)),
-            message=str(exc)[:4000],
+            message=exception_text(exc),
             traceback=formatted,
             now=now,
         )
@@ -547,7 +616,7 @@ class Worker(Loop):
             self.stats.dead += 1
             job.state, job.errors = JobState.DEAD, [*job.errors, entry]
             log_event("dead_lettered", job, logging.ERROR, outcome="dead", **fields)
-            self._send_finished(job)
+            self._send_finished(job, exc)
 
     def _tally(self, job: Job) -> store.Tally:
         minute = self.clock().replace(second=0, microsecond=0)
@@ -599,12 +668,23 @@ class Worker(Loop):
         self.stats.leases_lost += 1
         log_event("lease_lost", job, logging.WARNING, during=during, outcome="lost")
 
-    def _send_finished(self, job: Job):
-        if not wants(task_finished, log_task_finished):
-            return
+    def _send_finished(self, job: Job, exc: BaseException | None = None):
+        """task_finished for a job done or dead. For a failure it is sent while `exc` is being
+        handled, as Django's own backends do: Django's log receiver then writes its ERROR line
+        with the task's traceback (sys.exc_info())."""
+        level = logging.INFO if exc is None else logging.ERROR
+        task = self.tasks.get(job.task_path)
+        if task is None or not wants(task_finished, log_task_finished, level):
+            return  # no task to describe (UnknownTask): its dead letter and log line say it all
         try:
-            result = self.backend.result_for(job, self.tasks.get(job.task_path))
-            task_finished.send(type(self.backend), task_result=result)
+            result = self.backend.result_for(job, task)
+            if exc is None:
+                task_finished.send(type(self.backend), task_result=result)
+                return
+            try:
+                raise exc
+            except BaseException:  # noqa: BLE001 - re-raised only to be the exception in hand
+                task_finished.send(type(self.backend), task_result=result)
         except Exception:
             logger.exception("event=signal_failed job_id=%s", job.pk)
 
@@ -685,6 +765,14 @@ class Worker(Loop):
         )
         listener.start()
         return listener
+
+
+def exception_text(exc: BaseException) -> str:
+    """str(exc), which runs the task's own code and may itself fail."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the failure being stored
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 class TaskCache:

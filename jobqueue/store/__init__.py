@@ -19,11 +19,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connections, transaction
+from django.db import DataError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
 from jobqueue.conf import policy
+from jobqueue.errors import UnstorableValue
 from jobqueue.listener import log_line
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState, WorkerRecord
 
@@ -50,6 +51,45 @@ _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 def dumps(value) -> str:
     """JSON for a payload column; refuses anything JSON cannot carry (no pickle, ever)."""
     return _encode(value)
+
+
+def storable_json(value, what: str = "value") -> str:
+    """JSON text both databases store and give back unchanged.
+
+    Raises TypeError (not JSON), ValueError (NaN, infinity, an integer too long to print) or
+    UnstorableValue: a string or key holding NUL, which PostgreSQL refuses in jsonb ("unsupported
+    Unicode escape sequence"), or a lone surrogate, which it refuses as invalid JSON. SQLite
+    would take both; they are refused there too, so a payload's fate never depends on the
+    database. The encoder escapes every non-ASCII character, so one scan for a backslash-u
+    escape clears almost every text; only one containing such an escape is walked.
+    """
+    text = _encode(value)
+    if "\\u" in text and ("\\u0000" in text or "\\ud" in text):
+        _refuse_unstorable(value, what)
+    return text
+
+
+def _refuse_unstorable(value, path: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise UnstorableValue(
+                f"{path} contains NUL (\\u0000), which PostgreSQL cannot store; "
+                "encode binary data (base64) or strip it"
+            )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UnstorableValue(
+                f"{path} contains a lone surrogate ({value[exc.start]!a}), which is not text "
+                "a database can store; decode bytes with errors='replace'"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, f"a key of {path}")
+            _refuse_unstorable(item, f"{path}[{key!a}]")
+    elif isinstance(value, list | tuple):
+        for n, item in enumerate(value):
+            _refuse_unstorable(item, f"{path}[{n}]")
 
 
 @dataclass(slots=True)
@@ -118,7 +158,7 @@ def check_payload(args, kwargs) -> tuple[str, str]:
 
     Returns the two JSON texts, so an insert encodes each payload once.
     """
-    args_json, kwargs_json = dumps(args), dumps(kwargs)
+    args_json, kwargs_json = storable_json(args, "args"), storable_json(kwargs, "kwargs")
     size = len(args_json) + len(kwargs_json)
     limit = policy("MAX_PAYLOAD_BYTES")
     if size > limit:
@@ -170,12 +210,15 @@ def claim(
     now: datetime | None = None,
     using: str = "default",
     sweep: bool = True,
+    swept_dead: list[Job] | None = None,
 ) -> list[Job]:
     """Lease up to `limit` due jobs in one short transaction; the handler runs after it commits.
+    The jobs come back in the order they should start: best priority first.
 
     The same transaction first sweeps expired leases: attempts left → ready again; final
     attempt → dead letter, so a worker killed on its last attempt never leaves a row stuck.
-    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.)
+    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.) Jobs the
+    sweep dead-lettered are appended to `swept_dead`, for the caller's task_finished signals.
     """
     now = now or timezone.now()
     dialect = _dialect(using)
@@ -190,11 +233,13 @@ def claim(
         # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
     with transaction.atomic(using=using):
-        sweep_expired(now=now, using=using)
+        sweep_expired(now=now, using=using, dead=swept_dead)
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
 
 
-def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int:
+def sweep_expired(
+    *, now: datetime | None = None, using: str = "default", dead: list[Job] | None = None
+) -> int:
     now = now or timezone.now()
     with transaction.atomic(using=using):
         expired = list(
@@ -220,6 +265,9 @@ def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int
                 using=using,
                 require_live_lease=False,
             )
+            if not retry and dead is not None:
+                job.state, job.finished_at = JobState.DEAD, now
+                dead.append(job)
             # The attempt's owner died or stalled, so it wrote no line of its own: say it here,
             # once the sweep has committed.
             fields = {
@@ -242,6 +290,7 @@ def sweep_expired(*, now: datetime | None = None, using: str = "default") -> int
 
 
 MAX_MESSAGE_CHARS = 4_000
+CLASS_PATH_CHARS = DeadLetter._meta.get_field("error_class").max_length
 MAX_TRACEBACK_CHARS = 64_000
 
 
@@ -250,7 +299,11 @@ def storable_text(text: str, limit: int) -> str:
     (undecodable bytes in an exception message), and bounded, keeping the end of a traceback."""
     text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > limit:
-        text = f"[{len(text) - limit} characters cut]\n" + text[-limit:]
+        # The marker counts against the limit (a column may be exactly that wide); the number
+        # it prints never has more digits than len(text).
+        keep = max(limit - len(f"[{len(text)} characters cut]\n"), 0)
+        text = f"[{len(text) - keep} characters cut]\n" + text[len(text) - keep :]
+        text = text[-limit:] if len(text) > limit else text
     return text
 
 
@@ -259,7 +312,9 @@ def error_entry(job: Job, *, class_path: str, message: str, traceback: str, now:
         "attempt": job.attempts,
         "at": now.isoformat(),
         "worker_id": job.locked_by,
-        "exception_class_path": class_path,
+        # A class path goes to a 255-character column (DeadLetter.error_class) and, like the
+        # message, may hold anything (a class made with type()): a failure must always store.
+        "exception_class_path": storable_text(class_path, CLASS_PATH_CHARS),
         "message": storable_text(message, MAX_MESSAGE_CHARS),
         "traceback": storable_text(traceback, MAX_TRACEBACK_CHARS),
     }
@@ -275,20 +330,27 @@ def _lease_guard(job: Job, now: datetime, using: str, *, live: bool = True):
 def acknowledge(
     done: Sequence[tuple[Job, object]], *, now: datetime | None = None, using: str = "default"
 ) -> set[int]:
-    """Mark finished jobs done in one statement; returns the ids whose lease was still ours."""
+    """Mark finished jobs done in one statement; returns the ids whose lease was still ours.
+
+    A value neither database can store (storable_json) raises DataError before any SQL, as the
+    database would for what only it refuses: nothing is acknowledged, and the caller can store
+    the others without that one.
+    """
     if not done:
         return set()
     now = now or timezone.now()
     dialect = _dialect(using)
+    rows = []
+    for job, value in done:
+        try:
+            rows.append((job.pk, job.lease_token, storable_json(value, "the return value")))
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"job {job.pk}: {exc}") from exc
     replayed = [job.pk for job, _ in done if job.replayed_from_id]
     # PostgreSQL acknowledges the batch in one statement; only replayed jobs need a second
     # statement (their dead letters) in the same transaction.
     with _atomic_if(replayed or dialect.LOOPS, using):
-        acked = dialect.acknowledge(
-            connections[using],
-            [(job.pk, job.lease_token, dumps(value)) for job, value in done],
-            now=now,
-        )
+        acked = dialect.acknowledge(connections[using], rows, now=now)
         replayed = [pk for pk in replayed if pk in acked]
         if replayed:
             DeadLetter.objects.using(using).filter(

@@ -10,7 +10,8 @@ INSERT_CHUNK = 5_000
 
 # MATERIALIZED makes the planner run the locking subquery exactly once: a bare
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
-# example under a nested loop) and lease more than n rows.
+# example under a nested loop) and lease more than n rows. The first ORDER BY picks which jobs;
+# the last one is the order the worker starts them in (RETURNING promises none).
 CLAIM = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM jobqueue_job
@@ -18,7 +19,7 @@ WITH picked AS MATERIALIZED (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+), claimed AS (
 UPDATE jobqueue_job AS j SET
     state = 'running',
     attempts = j.attempts + 1,
@@ -31,6 +32,8 @@ UPDATE jobqueue_job AS j SET
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.*
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_after, id
 """
 
 ACKNOWLEDGE = """

@@ -70,7 +70,15 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until):
         names = [f"%(q{i})s" for i in range(len(queues))]
         queue_filter = f"AND queue_name IN ({', '.join(names)})"
         params.update({f"q{i}": q for i, q in enumerate(queues)})
-    return list(Job.objects.raw(CLAIM.format(queue_filter=queue_filter), params))
+    jobs = list(Job.objects.raw(CLAIM.format(queue_filter=queue_filter), params))
+    # SQLite returns RETURNING rows in no promised order (in practice by id): the batch starts
+    # in the subquery's order, best priority first, as PostgreSQL's claim returns it.
+    jobs.sort(key=_start_order)
+    return jobs
+
+
+def _start_order(job):
+    return (-job.priority, job.run_after, job.pk)
 
 
 def _each(connection, sql, rows):
