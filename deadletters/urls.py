@@ -13,7 +13,7 @@ urlpatterns = [
     path("selections/<int:pk>/", views.confirm, name="confirm"),
     path("runs/<int:pk>/", views.run_detail, name="run"),
     re_path(
-        r"^runs/(?P<pk>\d+)/(?P<command>pause|resume|cancel)/$",
+        r"^runs/(?P<pk>[0-9]+)/(?P<command>pause|resume|cancel)/$",
         views.run_control,
         name="run-control",
     ),
