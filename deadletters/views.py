@@ -8,7 +8,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -160,11 +160,16 @@ def preview(request):
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
         back = request.POST.get("back", "")
-        if not back.isprintable() or not url_has_allowed_host_and_scheme(
-            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        # A path on this site only: redirect() would take "0" or "admin" for a view name.
+        if not (
+            back.startswith("/")
+            and back.isprintable()
+            and url_has_allowed_host_and_scheme(
+                back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+            )
         ):
             back = reverse("deadletters:list")
-        return redirect(back)
+        return HttpResponseRedirect(back)
     return redirect("deadletters:confirm", pk=selection.pk)
 
 

@@ -131,6 +131,15 @@ def test_an_invalid_audit_cursor_is_named_and_ignored(viewer_client, before):
     assert ReplayRun.objects.get() == run
 
 
+@pytest.mark.parametrize("pk", ["9" * 5000, str(MAX_ID + 1), "0"])
+def test_a_path_id_beyond_bigint_is_a_404(operator_client, pk):
+    # Found by test_hostile_inputs: the run-control regex handed "9" * 5000 to int() (500).
+    for path in (f"runs/{pk}/pause/", f"runs/{pk}/", f"{pk}/", f"selections/{pk}/"):
+        response = operator_client.post(f"/deadletters/{path}")
+        assert response.status_code == 404, path
+    assert operator_client.get(f"/deadletters/runs/{pk}/").status_code == 404
+
+
 @pytest.mark.parametrize("bad", ["²", "٣", "0", "-1", str(MAX_ID + 1), "9" * 30, "1.5", "1e3", ""])
 def test_an_id_that_is_not_a_row_id_refuses_the_whole_preview(operator_client, bad):
     # "²" was a 500; 10**30 was frozen and broke the confirm page and its POST.
@@ -151,6 +160,13 @@ def test_the_largest_bigint_is_an_id_and_previews_as_missing(operator_client):
     page = operator_client.get(response["Location"])
     assert page.status_code == 200
     assert operator_client.post(response["Location"], {"reason": "x"}).status_code == 302
+
+
+@pytest.mark.parametrize("back", ["0", "overview", "deadletters:list", "a.b", "/x\x00y", "//evil"])
+def test_a_refused_preview_goes_back_only_to_a_path_here(operator_client, back):
+    # Found by test_hostile_inputs: redirect("0") looked "0" up as a view name (NoReverseMatch).
+    response = operator_client.post(PREVIEW, {"action": "replay", "back": back})
+    assert response.status_code == 302 and response["Location"] == LIST
 
 
 # --- NUL bytes in text filters ---------------------------------------------------------------
