@@ -1,18 +1,96 @@
-from datetime import datetime, time, timedelta
+import re
+from datetime import date, datetime, time, timedelta
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from jobqueue.models import DeadLetterState
 
 from . import conf
-from .selectors import ListFilter
+from .models import Action
+from .selectors import MAX_ID, AuditFilter, ListFilter, decode_cursor
 
 ORDER_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first")]
 
+# A day filter becomes the start of that day (`until`: of the next day) in the current time zone,
+# which the database layer converts to UTC: at the edges of what Python's dates hold that
+# overflows (9999-12-31 plus a day; year 1 east of UTC). No dead letter lies outside this range.
+FIRST_DAY = date(1900, 1, 1)
+LAST_DAY = date(9998, 12, 31)
+DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def parse_id(value) -> int:
+    """`value` as a row id (1..MAX_ID), or ValidationError: the one parse of every id a request
+    names. ASCII digits only: str.isdigit() passes "²", which int() then refuses."""
+    text = str(value).strip()
+    if not DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_ID:
+        raise ValidationError(
+            "%(value)s is not an id (a whole number from 1 to %(max)s).",
+            code="invalid",
+            params={"value": repr(text[:40]), "max": MAX_ID},
+        )
+    return int(text)
+
+
+class IdField(forms.Field):
+    def to_python(self, value):
+        return None if value in self.empty_values else parse_id(value)
+
+
+class IdListField(forms.Field):
+    """Repeated ids (`ids=1&ids=2`), each parsed by parse_id; one bad id refuses them all."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value):
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        return [parse_id(v) for v in value]
+
+
+class DayField(forms.DateField):
+    widget = forms.DateInput(
+        attrs={"type": "date", "min": FIRST_DAY.isoformat(), "max": LAST_DAY.isoformat()}
+    )
+
+    def validate(self, value):
+        super().validate(value)
+        if value is not None and not FIRST_DAY <= value <= LAST_DAY:
+            raise ValidationError(
+                "Enter a date between %(first)s and %(last)s.",
+                code="out_of_range",
+                params={"first": FIRST_DAY.isoformat(), "last": LAST_DAY.isoformat()},
+            )
+
+
+class CursorField(forms.CharField):
+    """A page cursor from selectors.encode_cursor, kept as its text (the selector decodes it)."""
+
+    def validate(self, value):
+        super().validate(value)
+        if value and decode_cursor(value) is None:
+            raise ValidationError("Not a page cursor of this list.", code="invalid")
+
+
+def refusal(form) -> str:
+    """A form's errors as one line, for a message or a 400 body."""
+    return "; ".join(
+        f"{name}: {' '.join(errors)}" if name != "__all__" else " ".join(errors)
+        for name, errors in form.errors.items()
+    )
+
 
 class FilterForm(forms.Form):
-    """The list's filters, read from and written to the URL query string."""
+    """The list's filters, read from and written to the URL query string.
+
+    Only these fields, and only once valid, are echoed back into links and the selection form:
+    anything else in a URL (`ids`, `select_all`, a cursor, an unknown name) stays out of both.
+    """
 
     job_type = forms.CharField(required=False, max_length=255)
     queue = forms.CharField(required=False, max_length=100)
@@ -27,10 +105,13 @@ class FilterForm(forms.Form):
         ],
     )
     q = forms.CharField(required=False, max_length=200, label="Text in last error")
-    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    since = DayField(required=False)
+    until = DayField(required=False)
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
+
+    FILTER_FIELDS = ("job_type", "queue", "error_class", "source", "q", "since", "until", "state")
+    ECHOED = (*FILTER_FIELDS, "order")
 
     def to_filter(self) -> ListFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored."""
@@ -47,6 +128,67 @@ class FilterForm(forms.Form):
             state=data.get("state", ""),
             order=data.get("order") or "newest",
         )
+
+    def echo(self) -> list[tuple[str, str]]:
+        """The applied filter fields (valid and set) as (name, text) in their cleaned form."""
+        self.is_valid()
+        return [
+            (name, value.isoformat() if isinstance(value, date) else str(value))
+            for name in self.ECHOED
+            if (value := self.cleaned_data.get(name))
+        ]
+
+    def query(self) -> str:
+        return urlencode(self.echo())
+
+
+class ListPageForm(FilterForm):
+    """The list page: the filters plus the keyset cursors of its pager links."""
+
+    after = CursorField(required=False, max_length=60)
+    before = CursorField(required=False, max_length=60)
+
+
+class SelectionForm(FilterForm):
+    """The list's selection form: ticked ids, or "select all" of the filter it echoed."""
+
+    action = forms.ChoiceField(choices=Action.choices)
+    select_all = forms.ChoiceField(required=False, choices=[("1", "All matching the filter")])
+    ids = IdListField(required=False)
+
+
+class AuditFilterForm(forms.Form):
+    operator = forms.CharField(required=False, max_length=150)
+    job_type = forms.CharField(required=False, max_length=255)
+    since = DayField(required=False)
+    until = DayField(required=False)
+    before = IdField(required=False)
+
+    def to_filter(self) -> AuditFilter:
+        """The valid fields as a filter; the template names the invalid ones it ignored."""
+        self.is_valid()
+        data = self.cleaned_data
+        return AuditFilter(
+            operator=data.get("operator", ""),
+            job_type=data.get("job_type", ""),
+            since=_day_start(data.get("since")),
+            until=_day_start(data.get("until"), plus_days=1),
+        )
+
+    def query(self) -> str:
+        """The applied filters for the pager link (the `before` cursor is added there)."""
+        self.is_valid()
+        return urlencode(
+            [
+                (name, value.isoformat() if isinstance(value, date) else value)
+                for name in ("operator", "job_type", "since", "until")
+                if (value := self.cleaned_data.get(name))
+            ]
+        )
+
+
+class RunPageForm(forms.Form):
+    after = IdField(required=False)
 
 
 def _day_start(day, plus_days=0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 POISON_REASON = "replayed {n} times already (poison limit)"
 # Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
 CHUNK = 5000
+# Ids are bigints on both databases: a larger number from a request is refused before it reaches
+# a query (SQLite raises OverflowError, PostgreSQL "bigint out of range").
+MAX_ID = 2**63 - 1
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -72,13 +76,23 @@ def encode_cursor(letter) -> str:
     return f"{(letter.dead_lettered_at - EPOCH) // timedelta(microseconds=1)}-{letter.pk}"
 
 
+CURSOR = re.compile(r"(-?[0-9]{1,20})-([0-9]{1,19})")
+
+
 def decode_cursor(text: str | None) -> tuple[datetime, int] | None:
-    if not text:
+    """The (instant, id) a cursor from encode_cursor names; None if `text` is not one.
+
+    ASCII digits only: str.isdigit() and int() also take other scripts' digits ("²", "٣").
+    """
+    match = CURSOR.fullmatch(text or "")
+    if not match:
+        return None
+    pk = int(match[2])
+    if not 1 <= pk <= MAX_ID:
         return None
     try:
-        micros, pk = text.split("-", 1)
-        return EPOCH + timedelta(microseconds=int(micros)), int(pk)
-    except (ValueError, OverflowError):
+        return EPOCH + timedelta(microseconds=int(match[1])), pk
+    except OverflowError:
         return None
 
 

@@ -1,6 +1,40 @@
-from django.urls import path, re_path
+from django.urls import path, register_converter
 
 from . import dashboard, views
+from .selectors import MAX_ID
+
+
+class RowIdConverter:
+    """A row id in the path: ASCII digits within bigint, else no match (a 404).
+
+    Django's own <int:…> takes any length (the database then overflows); a regex group hands
+    the view a string that int() may refuse (over 4,300 digits).
+    """
+
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value):
+        pk = int(value)
+        if not 1 <= pk <= MAX_ID:
+            raise ValueError(value)
+        return pk
+
+    def to_url(self, value):
+        return str(value)
+
+
+class RunCommandConverter:
+    regex = "pause|resume|cancel"
+
+    def to_python(self, value):
+        return value
+
+    def to_url(self, value):
+        return value
+
+
+register_converter(RowIdConverter, "row_id")
+register_converter(RunCommandConverter, "run_command")
 
 app_name = "deadletters"
 
@@ -8,16 +42,12 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("list/", views.letter_list, name="list"),
     path("list/count/", views.matching_count, name="count"),
-    path("<int:pk>/", views.letter_detail, name="detail"),
-    path("<int:pk>/reveal/", views.reveal, name="reveal"),
+    path("<row_id:pk>/", views.letter_detail, name="detail"),
+    path("<row_id:pk>/reveal/", views.reveal, name="reveal"),
     path("preview/", views.preview, name="preview"),
-    path("selections/<int:pk>/", views.confirm, name="confirm"),
-    path("runs/<int:pk>/", views.run_detail, name="run"),
-    re_path(
-        r"^runs/(?P<pk>\d+)/(?P<command>pause|resume|cancel)/$",
-        views.run_control,
-        name="run-control",
-    ),
+    path("selections/<row_id:pk>/", views.confirm, name="confirm"),
+    path("runs/<row_id:pk>/", views.run_detail, name="run"),
+    path("runs/<row_id:pk>/<run_command:command>/", views.run_control, name="run-control"),
     path("audit/", views.audit, name="audit"),
     path("health/", dashboard.dashboard, name="health"),
 ]

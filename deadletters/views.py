@@ -7,9 +7,8 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.forms import DateField
-from django.http import Http404
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -21,7 +20,15 @@ from django.views.decorators.http import require_GET, require_POST
 from jobqueue.models import DeadLetter
 
 from . import conf, redaction, selectors, services
-from .forms import ConfirmForm, FilterForm, _day_start
+from .forms import (
+    AuditFilterForm,
+    ConfirmForm,
+    FilterForm,
+    ListPageForm,
+    RunPageForm,
+    SelectionForm,
+    refusal,
+)
 from .models import Action, ReplayRun, Selection
 
 VIEW = "deadletters.view_deadletter"
@@ -70,13 +77,19 @@ def overview(request):
 @require_GET
 @console_view
 def letter_list(request):
-    form = FilterForm(request.GET or None)
-    f = form.to_filter() if request.GET else FilterForm({}).to_filter()
-    result = selectors.page(f, after=request.GET.get("after"), before=request.GET.get("before"))
+    form = ListPageForm(request.GET)
+    f = form.to_filter()
+    cursors = form.cleaned_data
+    result = selectors.page(f, after=cursors.get("after"), before=cursors.get("before"))
+    echo = form.echo()
     context = {
-        "form": form if request.GET else FilterForm(),
+        "form": form,
         "page": result,
-        "filter_query": _filter_query(request),
+        # Only the applied filter goes back into links and the selection form's hidden inputs:
+        # an `ids` or `select_all` in the URL must not ride along into an operator's selection.
+        "echo": echo,
+        "shown_filter": [(name, value) for name, value in echo if name != "order"],
+        "filter_query": form.query(),
         "choices": selectors.filter_choices(),
         "now": timezone.now(),
         # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
@@ -90,21 +103,13 @@ def letter_list(request):
 @require_GET
 @console_view
 def matching_count(request):
-    f = FilterForm(request.GET).to_filter()
-    count, more = selectors.count_matching(f)
-    return render(
-        request,
-        "deadletters/list.html#select-all",
-        {"count": count, "more": more, "filter_query": _filter_query(request)},
-    )
-
-
-def _filter_query(request):
-    """The filter part of the query string (without the page cursors)."""
-    query = request.GET.copy()
-    for key in ("after", "before"):
-        query.pop(key, None)
-    return query.urlencode()
+    form = FilterForm(request.GET)
+    if not form.is_valid():
+        # The list links here with its valid filters only; a count of some other filter than
+        # the one a select-all would freeze must not be offered.
+        return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
+    count, more = selectors.count_matching(form.to_filter())
+    return render(request, "deadletters/list.html#select-all", {"count": count, "more": more})
 
 
 def _permissions(user):
@@ -159,12 +164,17 @@ def preview(request):
         raise Http404("Unknown action")
     if not request.user.has_perm(ACTION_PERMISSION[action]):
         raise PermissionDenied
-    f = FilterForm(request.POST).to_filter()
+    form = SelectionForm(request.POST)
     try:
-        if request.POST.get("select_all") == "1":
+        if not form.is_valid():
+            # Also a filter field: "select all" with part of its filter ignored would freeze
+            # more than the operator saw.
+            raise services.RefusedError(f"Refused: {refusal(form)}")
+        if form.cleaned_data["select_all"]:
+            f = form.to_filter()
             ids, recorded_filter = selectors.matching_ids(f), f.as_json()
         else:
-            ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+            ids = form.cleaned_data["ids"]
             recorded_filter = {}  # hand-picked
         selection = services.freeze_selection(
             operator=request.user, action=action, ids=ids, filter=recorded_filter
@@ -172,11 +182,16 @@ def preview(request):
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
         back = request.POST.get("back", "")
-        if not url_has_allowed_host_and_scheme(
-            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        # A path on this site only: redirect() would take "0" or "admin" for a view name.
+        if not (
+            back.startswith("/")
+            and back.isprintable()
+            and url_has_allowed_host_and_scheme(
+                back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+            )
         ):
             back = reverse("deadletters:list")
-        return redirect(back)
+        return HttpResponseRedirect(back)
     return redirect("deadletters:confirm", pk=selection.pk)
 
 
@@ -229,7 +244,10 @@ def confirm(request, pk):
 @console_view
 def run_detail(request, pk):
     run = get_object_or_404(ReplayRun, pk=pk)
-    items, next_after = selectors.run_items(run, after=_int(request.GET.get("after")))
+    form = RunPageForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"Invalid page: {refusal(form)}", content_type="text/plain")
+    items, next_after = selectors.run_items(run, after=form.cleaned_data["after"])
     context = {
         "run": run,
         "items": items,
@@ -261,35 +279,17 @@ def run_control(request, pk, command):
 @require_GET
 @console_view
 def audit(request):
-    f = selectors.AuditFilter(
-        operator=request.GET.get("operator", "").strip(),
-        job_type=request.GET.get("job_type", "").strip(),
-        since=_date(request.GET.get("since")),
-        until=_date(request.GET.get("until"), plus_days=1),
+    form = AuditFilterForm(request.GET)
+    runs, next_before = selectors.audit_runs(
+        form.to_filter(), before=form.cleaned_data.get("before")
     )
-    runs, next_before = selectors.audit_runs(f, before=_int(request.GET.get("before")))
-    query = request.GET.copy()
-    query.pop("before", None)
     return render(
         request,
         "deadletters/audit.html",
         {
             "runs": runs,
             "next_before": next_before,
-            "f": request.GET,
-            "filter_query": query.urlencode(),
+            "form": form,
+            "filter_query": form.query(),
         },
     )
-
-
-def _int(text):
-    return int(text) if text and text.isdigit() else None
-
-
-def _date(text, plus_days=0):
-    """Start of the given day (or the day after), None if the text is not a date."""
-    try:
-        day = DateField(required=False).clean(text)
-    except ValidationError:
-        return None
-    return _day_start(day, plus_days=plus_days)

@@ -64,7 +64,9 @@ class HealthCollector:
 def allowed(request) -> bool:
     token = getattr(settings, "REDRIVE_METRICS_TOKEN", "")
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    if token and given and hmac.compare_digest(token, given):
+    # Compared as bytes: compare_digest refuses str with non-ASCII characters (TypeError), and
+    # a header is whatever the client sent (WSGI hands it over decoded as Latin-1).
+    if token and given and hmac.compare_digest(token.encode(), given.encode()):
         return True
     return request.user.is_authenticated and request.user.is_staff
 
