@@ -31,10 +31,13 @@ class Command(cli.Command):
         field = User._meta.get_field(User.USERNAME_FIELD)
         try:
             username = field.clean(username, None)  # required, max_length, the field's validators
+        except ValidationError as exc:
+            raise usage_error(f"username {username!r}: {messages(exc)}") from exc
+        try:
             if email:
                 validate_email(email)
         except ValidationError as exc:
-            raise usage_error(messages(exc)) from exc
+            raise usage_error(f"--email {email!r}: {messages(exc)}") from exc
         user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
         created = user is None
         if created:
