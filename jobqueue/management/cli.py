@@ -108,7 +108,7 @@ def unusable(arg: str) -> str | None:
     try:
         arg.encode("utf-8")
     except UnicodeEncodeError:
-        return f"argument {ascii(arg[:40])} is not valid UTF-8"
+        return f"argument {arg[:40]!a} is not valid UTF-8"
     return None
 
 
