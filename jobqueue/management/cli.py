@@ -173,8 +173,9 @@ class Command(BaseCommand):
             self.stdout.flush()  # inside the try: a short output is only written here
         except OutputClosed:
             # Later writes (the interpreter's own flush at exit) go nowhere instead of failing.
-            with contextlib.suppress(OSError, ValueError):  # no real stdout: nothing to quiet
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if self.stdout._out is sys.__stdout__:
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
             sys.exit(EXIT_PIPE_CLOSED)
 
 

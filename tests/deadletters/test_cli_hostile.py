@@ -1,14 +1,19 @@
 """`deadletters` and `createoperator` against hostile arguments: status 0 or 2, one line when
 refused, never a traceback, nothing printed or written on refusal."""
 
+import contextlib
+import io
+from unittest import mock
+
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from deadletters.models import ReplayRun, Selection
 from jobqueue.models import DeadLetter
-from tests.cli import row_counts, run
+from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory
 
@@ -262,3 +267,37 @@ SECRETS = st.one_of(st.just(PASSWORD), TEXTS)
 )
 def test_createoperator_arguments(username, role, password, argv):
     check(["createoperator", username, "--role", role, "--password", password, *argv])
+
+
+class ClosedPipe(io.StringIO):
+    """A stdout whose reader went away after the first line."""
+
+    def write(self, text):
+        if self.getvalue().count("\n") >= 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["deadletters", "list"],
+        ["deadletters", "list", "--json"],
+        ["deadletters", "show", "{pk}"],
+        ["queuehealth"],
+        ["jobs"],
+    ],
+)
+def test_a_listing_whose_reader_left_ends_quietly(argv):
+    letter = DeadLetterFactory.create_batch(3)[0]
+    argv = [arg.format(pk=letter.pk) for arg in argv]
+    err = io.StringIO()
+    cmd = command(argv[0], stdout=ClosedPipe(), stderr=err)
+    with (
+        contextlib.redirect_stderr(err),
+        mock.patch.object(connections, "close_all"),
+        pytest.raises(SystemExit) as exit,
+    ):
+        cmd.run_from_argv(["manage.py", *argv])
+    assert exit.value.code == 141
+    assert err.getvalue() == ""
