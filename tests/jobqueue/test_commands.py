@@ -25,10 +25,10 @@ from tests.conftest import BASE_DIR
         (["tests.tasks.noop", "--args", json.dumps(["x" * 1_100_000])], "over the"),
         (["tests.tasks.add", "--args", "[1, 2, 3]"], "arguments do not fit tests.tasks.add"),
         (["tests.tasks.add", "--kwargs", '{"c": 1}'], "arguments do not fit"),
-        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "-5"], "--delay must be between"),
-        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "inf"], "--delay must be between"),
-        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "nan"], "--delay must be between"),
-        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "1e15"], "--delay must be between"),
+        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "-5"], "--delay: must be between"),
+        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "inf"], "--delay: must be a number"),
+        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "nan"], "--delay: must be a number"),
+        (["tests.tasks.add", "--args", "[1, 2]", "--delay", "1e15"], "--delay: must be between"),
     ],
 )
 @pytest.mark.django_db

@@ -1,13 +1,16 @@
 """Console parity for incidents without a browser: the same selectors, services and audit."""
 
+import argparse
 import json
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
-from deadletters import redaction, selectors, services
-from deadletters.models import Action
+from deadletters import conf, redaction, selectors, services
+from deadletters.models import Action, ReplayRun
 from deadletters.views import ACTION_PERMISSION, POISON, VIEW
+from jobqueue.management import cli
+from jobqueue.management.cli import usage_error
 from jobqueue.models import DeadLetter, DeadLetterState
 
 SOURCES = ["jobqueue", "outbox", "django_q2"]
@@ -22,9 +25,25 @@ LIST_FIELDS = [
     "replays",
     "dead_lettered_at",
 ]
+# The filter options, as ListFilter fields.
+FILTERS = ("job_type", "error_class", "queue", "source")
+LETTER_ID = cli.integer(1, cli.MAX_ID, "a dead-letter id")
 
 
-class Command(BaseCommand):
+def rate(text):
+    try:
+        return conf.validate_replay_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def operator_name(text):
+    User = get_user_model()
+    field = User._meta.get_field(User.USERNAME_FIELD)
+    return cli.text(field.max_length)(text)
+
+
+class Command(cli.Command):
     help = "Browse, replay and discard dead letters from the command line."
 
     def add_arguments(self, parser):
@@ -33,11 +52,16 @@ class Command(BaseCommand):
         listing = sub.add_parser("list", help="Dead letters, newest first.")
         self._filters(listing)
         listing.add_argument("--state", choices=DeadLetterState.values, default=None)
-        listing.add_argument("--limit", type=int, default=50)
+        listing.add_argument(
+            "--limit",
+            type=cli.integer(1, cli.MAX_LIST_LIMIT),
+            default=50,
+            help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
+        )
         listing.add_argument("--json", action="store_true", help="One JSON object per line.")
 
         show = sub.add_parser("show", help="One dead letter with its errors and history.")
-        show.add_argument("id", type=int)
+        show.add_argument("id", type=LETTER_ID)
         show.add_argument("--json", action="store_true")
         show.add_argument(
             "--reveal",
@@ -48,13 +72,27 @@ class Command(BaseCommand):
 
         for name in ("replay", "discard"):
             act = sub.add_parser(name, help=f"{name.title()} by id or by filter (audited).")
-            act.add_argument("ids", nargs="*", type=int)
+            act.add_argument("ids", nargs="*", type=LETTER_ID)
             self._filters(act)
-            act.add_argument("--limit", type=int, help="Required with a filter: at most N items.")
-            act.add_argument("--reason", required=True)
-            act.add_argument("--operator", required=True, help="Username the audit names.")
+            act.add_argument(
+                "--limit",
+                # The largest selection a run may freeze, read when the command runs.
+                type=cli.integer(1, lambda: conf.get("MAX_SELECTION")),
+                help="Required with a filter: at most N items.",
+            )
+            act.add_argument("--reason", type=cli.text(), required=True)
+            act.add_argument(
+                "--operator", type=operator_name, required=True, help="Username the audit names."
+            )
             act.add_argument("--dry-run", action="store_true", help="Print the preview only.")
             if name == "replay":
+                act.add_argument(
+                    "--rate",
+                    type=rate,
+                    default=None,
+                    metavar="ITEMS_PER_SECOND",
+                    help="Pace of the run (default settings DEADLETTERS_REPLAY_RATE; 0 unlimited).",
+                )
                 act.add_argument(
                     "--allow-poisoned",
                     action="store_true",
@@ -62,9 +100,16 @@ class Command(BaseCommand):
                 )
 
     def _filters(self, parser):
-        parser.add_argument("--job-type", default="")
-        parser.add_argument("--error-class", default="")
-        parser.add_argument("--queue", default="")
+        # Empty means "any", as in the console; longer than the column can match nothing.
+        parser.add_argument(
+            "--job-type", type=cli.column(DeadLetter, "task_path", empty=True), default=""
+        )
+        parser.add_argument(
+            "--error-class", type=cli.column(DeadLetter, "error_class", empty=True), default=""
+        )
+        parser.add_argument(
+            "--queue", type=cli.column(DeadLetter, "queue_name", empty=True), default=""
+        )
         parser.add_argument(
             "--source", default="", choices=["", *SOURCES], help="jobqueue, outbox or django_q2."
         )
@@ -80,12 +125,16 @@ class Command(BaseCommand):
             source=opts["source"],
             state=opts["state"] or "",
         )
+        limit = opts["limit"]
+        letters = selectors.filtered(f)
+        # One row past the limit says whether to count the rest (the count is the slow part).
         rows = list(
-            selectors.filtered(f)
-            .order_by("-dead_lettered_at", "-id")
-            .values(*LIST_FIELDS, "last_error")[: opts["limit"]]
+            letters.order_by("-dead_lettered_at", "-id").values(*LIST_FIELDS, "last_error")[
+                : limit + 1
+            ]
         )
-        for row in rows:
+        more = letters.count() - limit if len(rows) > limit else 0
+        for row in rows[:limit]:
             if opts["json"]:
                 self.stdout.write(json.dumps(row, default=str))
             else:
@@ -94,6 +143,9 @@ class Command(BaseCommand):
                     f"{row['error_class']} replays={row['replays']} "
                     f"{row['last_error'].splitlines()[0][:80] if row['last_error'] else ''!r}"
                 )
+        if more > 0:
+            # On stderr under --json, where every stdout line must stay a JSON object.
+            (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no dead letters")
 
@@ -101,12 +153,12 @@ class Command(BaseCommand):
         operator = None
         if opts["reveal"]:
             if not opts["operator"]:
-                raise CommandError("--reveal needs --operator NAME (the reveal is audited).")
+                raise usage_error("--reveal needs --operator NAME (the reveal is audited).")
             operator = self._operator(opts["operator"], redaction.REVEAL_PERMISSION)
         try:
             d = selectors.detail(opts["id"], redacted=operator is None)
         except DeadLetter.DoesNotExist:
-            raise CommandError(f"No dead letter {opts['id']}") from None
+            raise usage_error(f"No dead letter {opts['id']}") from None
         letter = d.letter
         if operator is not None:
             redaction.record_reveal(operator, letter, via="cli")
@@ -148,35 +200,44 @@ class Command(BaseCommand):
         self._act(Action.DISCARD, opts)
 
     def _act(self, action, opts):
+        """Every check comes before the preview is printed and before anything is written; the
+        selection and its run are written together or not at all."""
         operator = self._operator(opts["operator"], ACTION_PERMISSION[action])
         allow_poisoned = opts.get("allow_poisoned", False)
         if allow_poisoned and not operator.has_perm(POISON):
-            raise CommandError(f"{operator} may not replay items past the poison limit.")
-        f = selectors.ListFilter(
-            job_type=opts["job_type"],
-            error_class=opts["error_class"],
-            queue=opts["queue"],
-            source=opts["source"],
-        )
-        has_filter = any(opts[name] for name in ("job_type", "error_class", "queue", "source"))
+            raise usage_error(f"{operator} may not replay items past the poison limit.")
+        typed = {name: opts[name] for name in FILTERS if opts[name]}
         if opts["ids"]:
-            if has_filter:
-                raise CommandError("Give ids or a filter, not both.")
-            ids = opts["ids"]
-        elif has_filter:
+            if typed:
+                raise usage_error("Give ids or a filter, not both.")
+            if opts["limit"] is not None:
+                raise usage_error("--limit goes with a filter, not with ids.")
+            ids = list(dict.fromkeys(opts["ids"]))
+            if len(ids) > conf.get("MAX_SELECTION"):
+                raise usage_error(f"A selection holds at most {conf.get('MAX_SELECTION'):,} items.")
+            missing = sorted(
+                set(ids) - set(DeadLetter.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            )
+            if missing:
+                shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
+                raise usage_error(f"No dead letter {shown}")
+            recorded = {}  # hand-picked, as in the console
+        elif typed:
             if not opts["limit"]:
-                raise CommandError("A filter needs --limit N (the most items to act on).")
+                raise usage_error("A filter needs --limit N (the most items to act on).")
             # Only pending items can be acted on; the rest would only be skipped.
-            f = selectors.ListFilter(**{**f.__dict__, "state": DeadLetterState.PENDING})
+            f = selectors.ListFilter(**typed, state=DeadLetterState.PENDING)
             ids = list(
                 selectors.filtered(f)
                 .order_by("dead_lettered_at", "id")
                 .values_list("id", flat=True)[: opts["limit"]]
             )
+            # The audit shows what the operator typed, not the defaults it was combined with.
+            recorded = {**typed, "limit": opts["limit"]}
         else:
-            raise CommandError("Give dead-letter ids or --job-type/--error-class/--queue.")
+            raise usage_error("Give dead-letter ids or --job-type/--error-class/--queue/--source.")
         if not ids:
-            raise CommandError("Nothing matches.")
+            raise usage_error("Nothing matches.")
         preview = selectors.preview(ids, action=action, allow_poisoned=allow_poisoned)
         self.stdout.write(
             f"{action}: {preview.total} selected, {preview.will_act} to {action}, "
@@ -192,20 +253,22 @@ class Command(BaseCommand):
         if opts["dry_run"]:
             return
         try:
-            selection = services.freeze_selection(
-                operator=operator, action=action, ids=ids, filter=f.as_json()
-            )
-            run = services.start_run(
-                operator=operator,
-                selection=selection,
-                reason=opts["reason"],
-                allow_poisoned=allow_poisoned,
-                background=False,
-            )
+            with transaction.atomic():
+                selection = services.freeze_selection(
+                    operator=operator, action=action, ids=ids, filter=recorded
+                )
+                run = services.start_run(
+                    operator=operator,
+                    selection=selection,
+                    reason=opts["reason"],
+                    allow_poisoned=allow_poisoned,
+                    rate=opts.get("rate"),
+                    background=False,
+                )
         except services.RefusedError as exc:
-            raise CommandError(str(exc)) from exc
+            raise usage_error(str(exc)) from exc
         services.carry_out(run.pk, run.generation)
-        run.refresh_from_db()
+        run = ReplayRun.objects.get(pk=run.pk)
         self.stdout.write(
             f"run {run.pk} {run.state}: {run.done} {action}ed, {run.skipped} skipped "
             f"in {run.batches} batch(es)"
@@ -216,7 +279,7 @@ class Command(BaseCommand):
         try:
             user = User.objects.get(**{User.USERNAME_FIELD: username})
         except User.DoesNotExist:
-            raise CommandError(f"No user {username!r}") from None
+            raise usage_error(f"No user {username!r}") from None
         if not (user.is_active and user.has_perm(VIEW) and user.has_perm(permission)):
-            raise CommandError(f"{username} lacks {permission}.")
+            raise usage_error(f"{username} lacks {permission}.")
         return user

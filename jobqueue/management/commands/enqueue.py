@@ -2,47 +2,57 @@ import inspect
 import json
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.db import DataError
+from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from jobqueue.backend import load_task
+from jobqueue.management import cli
+from jobqueue.management.cli import usage_error
+from jobqueue.models import Job
 
 MAX_DELAY = 10 * 365 * 24 * 3600.0  # ten years: beyond it, a date arithmetic overflow
-
-
-def usage_error(message):
-    # Exit status 2 like any other usage error, with one line and no traceback.
-    return CommandError(message, returncode=2)
 
 
 def parse_json(option, text, kind):
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise usage_error(f"{option} is not valid JSON: {exc}") from exc
     if not isinstance(value, kind):
         raise usage_error(f"{option} must be a JSON {'array' if kind is list else 'object'}")
     return value
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     # A quick shell tool: its output stays one line per result, without system-check noise.
     requires_system_checks = []
     help = "Enqueue a task by its dotted path and print the new (or existing) job id."
 
     def add_arguments(self, parser):
-        parser.add_argument("task_path", help="Dotted path of a @task function.")
+        parser.add_argument(
+            "task_path", type=cli.column(Job, "task_path"), help="Dotted path of a @task function."
+        )
         parser.add_argument(
             "--args", dest="task_args", default="[]", help="Positional arguments, a JSON array."
         )
         parser.add_argument(
             "--kwargs", dest="task_kwargs", default="{}", help="Keyword arguments, a JSON object."
         )
-        parser.add_argument("--key", default=None, help="Idempotency key.")
-        parser.add_argument("--queue", default=None)
-        parser.add_argument("--priority", type=int, default=None)
-        parser.add_argument("--delay", type=float, default=None, metavar="SECONDS")
+        parser.add_argument(
+            "--key", type=cli.column(Job, "idempotency_key"), default=None, help="Idempotency key."
+        )
+        parser.add_argument("--queue", type=cli.column(Job, "queue_name"), default=None)
+        parser.add_argument(
+            "--priority", type=cli.integer(TASK_MIN_PRIORITY, TASK_MAX_PRIORITY), default=None
+        )
+        parser.add_argument(
+            "--delay",
+            type=cli.number(0, MAX_DELAY, unit="seconds"),
+            default=None,
+            metavar="SECONDS",
+        )
 
     def handle(self, *args, **opts):
         task_args = parse_json("--args", opts["task_args"], list)
@@ -57,9 +67,6 @@ class Command(BaseCommand):
             inspect.signature(task.func).bind(*context, *task_args, **task_kwargs)
         except TypeError as exc:
             raise usage_error(f"arguments do not fit {opts['task_path']}: {exc}") from exc
-        if opts["delay"] is not None and not 0 <= opts["delay"] <= MAX_DELAY:
-            # (NaN fails this comparison too.)
-            raise usage_error(f"--delay must be between 0 and {MAX_DELAY:.0f} seconds")
         try:
             task = task.using(
                 queue_name=opts["queue"],
@@ -70,6 +77,12 @@ class Command(BaseCommand):
                 **({"idempotency_key": opts["key"]} if opts["key"] is not None else {}),
             )
             result = task.enqueue(*task_args, **task_kwargs)
-        except (InvalidTask, TypeError, ValueError) as exc:
+        except (InvalidTask, TypeError, ValueError, RecursionError) as exc:
+            # The backend's own validation (not JSON, too large or deep, a value the database
+            # cannot store such as NUL): its message, whatever the value.
             raise usage_error(str(exc)) from exc
+        except DataError as exc:
+            # A value a database refuses that validation let through (the insert failed
+            # whole, so nothing was written): still the operator's input, not a crash.
+            raise usage_error(f"the database refused the job: {exc}") from exc
         self.stdout.write(result.id)

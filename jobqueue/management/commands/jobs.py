@@ -1,7 +1,6 @@
 import json
 
-from django.core.management.base import BaseCommand
-
+from jobqueue.management import cli
 from jobqueue.models import Job, JobState
 
 FIELDS = [
@@ -20,15 +19,22 @@ FIELDS = [
 ]
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     # A quick shell tool: its output stays one line per result, without system-check noise.
     requires_system_checks = []
     help = "List jobs, newest first."
 
     def add_arguments(self, parser):
         parser.add_argument("--state", choices=JobState.values, default=None)
-        parser.add_argument("--task", default=None, help="Only jobs of this task path.")
-        parser.add_argument("--limit", type=int, default=50)
+        parser.add_argument(
+            "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."
+        )
+        parser.add_argument(
+            "--limit",
+            type=cli.integer(1, cli.MAX_LIST_LIMIT),
+            default=50,
+            help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
+        )
         parser.add_argument("--json", action="store_true", help="One JSON object per line.")
 
     def handle(self, *args, **opts):
@@ -37,8 +43,11 @@ class Command(BaseCommand):
             jobs = jobs.filter(state=opts["state"])
         if opts["task"]:
             jobs = jobs.filter(task_path=opts["task"])
-        rows = list(jobs.values(*FIELDS, "errors")[: opts["limit"]])
-        for row in rows:
+        limit = opts["limit"]
+        # One row past the limit says whether to count the rest (the count is the slow part).
+        rows = list(jobs.values(*FIELDS, "errors")[: limit + 1])
+        more = jobs.count() - limit if len(rows) > limit else 0
+        for row in rows[:limit]:
             errors = row.pop("errors")
             row["last_error"] = errors[-1]["message"] if errors else None
             if opts["json"]:
@@ -49,5 +58,8 @@ class Command(BaseCommand):
                     f"{row['task_path']} key={row['idempotency_key'] or '-'}"
                     + (f" error={row['last_error']!r}" if row["last_error"] else "")
                 )
+        if more > 0:
+            # On stderr under --json, where every stdout line must stay a JSON object.
+            (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no jobs")

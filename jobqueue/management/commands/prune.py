@@ -1,14 +1,18 @@
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from jobqueue.management import cli
 from jobqueue.models import JobCounter, WorkerRecord
 from jobqueue.outbox import setting
 from jobqueue.store import outbox as outbox_store
 
+# A century: older cut-offs are a typo, and date arithmetic overflows not far beyond.
+MAX_DAYS = 36_525.0
+DAYS = cli.number(0, MAX_DAYS, unit="days")
 
-class Command(BaseCommand):
+
+class Command(cli.Command):
     help = (
         "Delete published outbox messages older than the retention (unpublished ones stay) "
         "per-minute job counters older than the health window, and the records of workers "
@@ -18,14 +22,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--older-than",
-            type=float,
+            type=DAYS,
             default=None,
             metavar="DAYS",
             help="Retention in days (default settings.OUTBOX RETENTION_DAYS).",
         )
         parser.add_argument(
             "--counters-older-than",
-            type=float,
+            type=DAYS,
             default=7.0,
             metavar="DAYS",
             help="Keep per-minute job counters this long (default 7; health reads the last hour).",
@@ -33,7 +37,7 @@ class Command(BaseCommand):
 
         parser.add_argument(
             "--workers-lost-for",
-            type=float,
+            type=DAYS,
             default=1.0,
             metavar="DAYS",
             help="Remove records of workers silent this long (default 1; the dashboard shows "
@@ -44,12 +48,6 @@ class Command(BaseCommand):
         days = opts["older_than"]
         if days is None:
             days = float(setting("RETENTION_DAYS"))
-        if days < 0:
-            raise CommandError("--older-than must be 0 or more days", returncode=2)
-        for option in ("counters_older_than", "workers_lost_for"):
-            if opts[option] < 0:
-                flag = "--" + option.replace("_", "-")
-                raise CommandError(f"{flag} must be 0 or more days", returncode=2)
         deleted = outbox_store.prune(older_than=timedelta(days=days))
         self.stdout.write(f"pruned {deleted} published outbox message(s) older than {days:g} days")
         cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])

@@ -1,10 +1,10 @@
+import argparse
 import json
 import operator
 import re
 
-from django.core.management.base import BaseCommand, CommandError
-
 from jobqueue.health import snapshot
+from jobqueue.management import cli
 
 COMPARE = {
     ">": operator.gt,
@@ -13,10 +13,25 @@ COMPARE = {
     "<=": operator.le,
     "==": operator.eq,
 }
-CONDITION = re.compile(r"^\s*([a-z_0-9]+)\s*(>=|<=|==|>|<)\s*(-?[0-9.]+)\s*$")
+# ASCII digits with at most one decimal point: "1.2.3" and "²" are not numbers.
+CONDITION = re.compile(
+    r"\s*([a-z_0-9]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]{1,30}(?:\.[0-9]{1,30})?)\s*", re.ASCII
+)
 
 
-class Command(BaseCommand):
+def condition(text):
+    """An argparse type: NAME OP NUMBER, as (name, op, compare, limit)."""
+    match = CONDITION.fullmatch(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}: write NAME OP NUMBER, e.g. 'ready>100' (OP one of "
+            f"{' '.join(COMPARE)})"
+        )
+    name, op, limit = match.groups()
+    return name, op, COMPARE[op], float(limit)
+
+
+class Command(cli.Command):
     help = "Print queue health; with --fail-if, exit 1 when a threshold is crossed (for cron)."
     requires_system_checks = []
 
@@ -25,19 +40,19 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fail-if",
             action="append",
+            type=condition,
             default=[],
             metavar="EXPR",
             help="e.g. 'oldest_ready_age>300' or 'lost_workers>0' (repeatable).",
         )
 
     def handle(self, *args, **opts):
-        conditions = [self.parse(text) for text in opts["fail_if"]]
+        conditions = opts["fail_if"]
         health = snapshot()
         unknown = [name for name, _, _, _ in conditions if name not in health.totals]
         if unknown:
-            raise CommandError(
-                f"unknown figure {unknown[0]!r}; one of: {', '.join(sorted(health.totals))}",
-                returncode=2,
+            raise cli.usage_error(
+                f"unknown figure {unknown[0]!r}; one of: {', '.join(sorted(health.totals))}"
             )
         crossed = [
             f"{name}={health.totals[name]:g} {op} {limit:g}"
@@ -58,10 +73,3 @@ class Command(BaseCommand):
                 self.stderr.write(f"ALERT {line}")
         if crossed:
             raise SystemExit(1)
-
-    def parse(self, text):
-        match = CONDITION.match(text)
-        if not match:
-            raise CommandError(f"cannot read --fail-if {text!r}: write NAME>NUMBER", returncode=2)
-        name, op, limit = match.groups()
-        return name, op, COMPARE[op], float(limit)

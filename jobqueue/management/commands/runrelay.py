@@ -1,31 +1,30 @@
-from django.core.management.base import BaseCommand
-
 from jobqueue.listener import add_log_level_argument, show_event_lines
-from jobqueue.management.commands.runworker import ensure_migrated, positive
+from jobqueue.management import cli
+from jobqueue.management.commands.runworker import LEASE, POLL, PROCESS_ID, ensure_migrated
 from jobqueue.relay import Relay
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Run an outbox relay: claim unpublished messages, publish them, mark them published."
 
     def add_arguments(self, parser):
         add_log_level_argument(parser)
         parser.add_argument(
             "--batch",
-            type=positive(int),
+            type=cli.integer(1, 10_000),
             default=None,
             help="Messages claimed per round trip (default settings.OUTBOX BATCH_SIZE).",
         )
         parser.add_argument(
             "--lease",
-            type=positive(float),
+            type=LEASE,
             default=None,
             metavar="SECONDS",
             help="Lease length of each claim (default settings.OUTBOX LEASE_SECONDS).",
         )
         parser.add_argument(
             "--poll",
-            type=positive(float),
+            type=POLL,
             default=None,
             metavar="SECONDS",
             help="Polling interval when idle (default settings.OUTBOX POLL_INTERVAL).",
@@ -34,7 +33,11 @@ class Command(BaseCommand):
             "--burst", action="store_true", help="Exit 0 once no message is claimable."
         )
         parser.add_argument(
-            "--id", dest="relay_id", default=None, help="Relay identity in leases and logs."
+            "--id",
+            dest="relay_id",
+            type=PROCESS_ID,
+            default=None,
+            help="Relay identity in leases and logs.",
         )
 
     def handle(self, *args, **opts):

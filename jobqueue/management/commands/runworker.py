@@ -3,7 +3,7 @@ import signal
 import sys
 import time
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 
@@ -14,22 +14,20 @@ from jobqueue.listener import (
     next_backoff,
     show_event_lines,
 )
+from jobqueue.management import cli
+from jobqueue.models import Job, WorkerRecord
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
 
 logger = logging.getLogger("jobqueue.worker")
 
-
-def positive(kind):
-    def parse(text):
-        value = kind(text)
-        if value <= 0:
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
+# Bounds of the worker's and the relay's options: beyond them a value is a typo (a week-long
+# lease, a thousand handler threads each holding a database connection) or overflows.
+RELAY_SUFFIX = ":relay"
+LEASE = cli.number(0, 7 * 86400, above_low=True, unit="seconds")
+POLL = cli.number(0.01, 3600, unit="seconds")
+PROCESS_ID = cli.text(WorkerRecord._meta.get_field("worker_id").max_length - len(RELAY_SUFFIX))
 
 
 def wait_for_database():
@@ -61,7 +59,7 @@ def ensure_migrated():
         )
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
 
     def add_arguments(self, parser):
@@ -71,46 +69,47 @@ class Command(BaseCommand):
             "-q",
             action="append",
             dest="queues",
+            type=cli.column(Job, "queue_name"),
             metavar="Q",
             help="Queue to take jobs from (repeatable). Default: every queue.",
         )
         parser.add_argument(
             "--concurrency",
             "-c",
-            type=positive(int),
+            type=cli.integer(1, 1000),
             default=1,
             help="Handler threads (default 1).",
         )
         parser.add_argument(
             "--prefetch",
-            type=int,
+            type=cli.integer(0, 10_000),
             default=None,
             help="Jobs leased beyond the running ones (default: adapts to job duration, <= 100).",
         )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
         parser.add_argument(
             "--max-jobs",
-            type=positive(int),
+            type=cli.integer(1, cli.MAX_ID),
             default=None,
             help="Exit after claiming this many jobs and finishing them.",
         )
         parser.add_argument(
             "--lease",
-            type=positive(float),
+            type=LEASE,
             default=None,
             metavar="SECONDS",
             help="Lease length of each claim (default settings.JOBQUEUE).",
         )
         parser.add_argument(
             "--grace",
-            type=float,
+            type=cli.number(0, 86400, unit="seconds"),
             default=30.0,
             metavar="SECONDS",
             help="How long a stop waits for running jobs (default 30).",
         )
         parser.add_argument(
             "--poll",
-            type=positive(float),
+            type=POLL,
             default=None,
             metavar="SECONDS",
             help="Polling interval when idle (default settings.JOBQUEUE).",
@@ -118,6 +117,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--id",
             dest="worker_id",
+            type=PROCESS_ID,
             default=None,
             help="Worker identity in leases and logs (default host:pid:random).",
         )
@@ -130,8 +130,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         show_event_lines(opts["log_level"])
-        if opts["prefetch"] is not None and opts["prefetch"] < 0:
-            raise CommandError("--prefetch must be 0 or more", returncode=2)
         wait_for_database()
         worker = Worker(
             queues=opts["queues"],
@@ -147,7 +145,7 @@ class Command(BaseCommand):
         worker.install_signal_handlers()
         relay_thread = relay = None
         if opts["relay"] or setting("RELAY_IN_WORKER"):
-            relay = Relay(relay_id=f"{worker.worker_id}:relay")
+            relay = Relay(relay_id=f"{worker.worker_id}{RELAY_SUFFIX}")
             _stop_relay_on_signals(relay)
             relay_thread = run_in_thread(relay)
         try:

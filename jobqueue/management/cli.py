@@ -1,0 +1,192 @@
+"""What every management command shares about its arguments.
+
+A refused argument is one line on stderr and exit status 2, before anything is printed or
+written: argparse types here check ranges and lengths while parsing, and `usage_error` is the
+one way a command refuses later (after looking something up). A reader that goes away
+(`manage.py jobs | head -1`) ends the output quietly instead of with a traceback.
+"""
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import sys
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+
+# The largest id a bigint column holds; a larger one overflows SQLite's and PostgreSQL's integer.
+MAX_ID = 2**63 - 1
+# Rows a listing prints at most (beyond it, filter or use --json with a pager of your own).
+MAX_LIST_LIMIT = 10_000
+# Exit status of a command whose reader closed the pipe: what a shell reports for a tool killed
+# by SIGPIPE (`seq 1000000 | head -1`), so `set -o pipefail` scripts see the usual value.
+EXIT_PIPE_CLOSED = 128 + 13
+
+# ASCII only: int() and float() also read "١٢" and "1_000", which no one types on purpose.
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}", re.ASCII)
+_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?", re.ASCII)
+
+
+def usage_error(message) -> CommandError:
+    """A refusal of what the operator typed: exit status 2, one line, no traceback."""
+    return CommandError(" ".join(str(message).split()) or "invalid arguments", returncode=2)
+
+
+def integer(low: int, high, what: str = "a whole number"):
+    """An argparse type: an integer from `low` to `high` (a number, or a callable giving one
+    when the command runs, for a bound read from settings)."""
+
+    def parse(text: str) -> int:
+        top = high() if callable(high) else high
+        if not _INTEGER.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
+        value = int(text)
+        if not low <= value <= top:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {top}, not {text}")
+        return value
+
+    return parse
+
+
+def number(low: float, high: float, *, above_low: bool = False, unit: str = ""):
+    """An argparse type: a finite decimal number from `low` (excluded with `above_low`) to
+    `high`."""
+    unit = f" {unit}" if unit else ""
+
+    def parse(text: str) -> float:
+        if not _NUMBER.fullmatch(text):
+            raise argparse.ArgumentTypeError(
+                f"must be a number{' of' + unit if unit else ''}, not {text!r}"
+            )
+        value = float(text)
+        too_low = value <= low if above_low else value < low
+        if not math.isfinite(value) or too_low or value > high:
+            bounds = (
+                f"more than {_plain(low)} and at most {_plain(high)}"
+                if above_low
+                else f"between {_plain(low)} and {_plain(high)}"
+            )
+            raise argparse.ArgumentTypeError(f"must be {bounds}{unit}, not {text}")
+        return value
+
+    return parse
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def text(max_length: int | None = None, *, empty: bool = False):
+    """An argparse type: a string that fits a column of `max_length` characters and, unless
+    `empty`, holds more than blanks."""
+
+    def parse(value: str) -> str:
+        if not empty and not value.strip():
+            raise argparse.ArgumentTypeError("may not be empty")
+        if max_length is not None and len(value) > max_length:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {max_length} characters, not {len(value)}"
+            )
+        return value
+
+    return parse
+
+
+def column(model, field: str, *, empty: bool = False):
+    """`text` bounded by the model field's max_length: longer values are a DataError on
+    PostgreSQL and silently stored whole on SQLite."""
+    return text(model._meta.get_field(field).max_length, empty=empty)
+
+
+def unusable(arg: str) -> str | None:
+    """Why a string cannot be an argument at all, or None. A real argv never holds NUL, but
+    call_command can; undecodable bytes arrive as lone surrogates that no database or terminal
+    encodes."""
+    if "\x00" in arg:
+        return "arguments may not contain NUL characters"
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"argument {arg[:40]!a} is not valid UTF-8"
+    return None
+
+
+class CliParser(CommandParser):
+    """Errors in one line with status 2, from the command line and from call_command alike
+    (Django prints the whole usage and, in call_command, uses status 1)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        for arg in args or ():
+            if isinstance(arg, str) and (problem := unusable(arg)):
+                self.error(problem)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        message = " ".join(message.split())
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        raise usage_error(message)
+
+
+class OutputClosed(Exception):
+    """The reader of stdout went away (a pager quit, `| head`)."""
+
+
+class PipeAwareOutput(OutputWrapper):
+    def write(self, *args, **kwargs):
+        try:
+            super().write(*args, **kwargs)
+        except BrokenPipeError as exc:
+            raise OutputClosed from exc
+
+    def flush(self):
+        try:
+            self._out.flush()
+        except BrokenPipeError as exc:
+            raise OutputClosed from exc
+
+
+class Command(BaseCommand):
+    """Base of our commands: CliParser for arguments, and a quiet end on a closed pipe."""
+
+    def __init__(self, stdout=None, stderr=None, no_color=False, force_color=False):
+        super().__init__(stdout, stderr, no_color, force_color)
+        self.stdout = PipeAwareOutput(stdout or sys.stdout)
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django builds a CommandParser itself; CliParser adds no state, only how it reports
+        # errors, so retyping the parser (and any sub-command parsers) after the fact is safe.
+        for each in _with_subparsers(parser):
+            each.__class__ = CliParser
+        return parser
+
+    def execute(self, *args, **options):
+        if options.get("stdout"):
+            self.stdout = PipeAwareOutput(options.pop("stdout"))
+        return super().execute(*args, **options)
+
+    def run_from_argv(self, argv):
+        try:
+            super().run_from_argv(argv)
+            self.stdout.flush()  # inside the try: a short output is only written here
+        except OutputClosed:
+            # Later writes (the interpreter's own flush at exit) go nowhere instead of failing.
+            if self.stdout._out is sys.__stdout__:
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+            sys.exit(EXIT_PIPE_CLOSED)
+
+
+def _with_subparsers(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _with_subparsers(sub)
+
+
+def more_rows(count: int) -> str:
+    """The line a listing ends with when it stopped at its limit."""
+    return f"… {count} more; use --limit"

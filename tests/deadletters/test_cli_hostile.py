@@ -1,0 +1,303 @@
+"""`deadletters` and `createoperator` against hostile arguments: status 0 or 2, one line when
+refused, never a traceback, nothing printed or written on refusal."""
+
+import contextlib
+import io
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from deadletters.models import ReplayRun, Selection
+from jobqueue.models import DeadLetter
+from tests.cli import command, row_counts, run
+from tests.deadletters.conftest import user_with_role
+from tests.factories import DeadLetterFactory
+
+pytestmark = pytest.mark.django_db
+
+HUGE = str(2**63)
+PASSWORD = "a-long-enough-pass"
+
+
+@pytest.fixture
+def oncall(db):
+    return user_with_role("operator", "oncall")
+
+
+@pytest.fixture
+def chief(db):
+    return user_with_role("admin", "chief")
+
+
+def act(*argv, operator="oncall", reason="API back"):
+    return run("deadletters", *argv, "--reason", reason, "--operator", operator)
+
+
+# --- examples, one per finding -------------------------------------------------------------
+
+
+def test_replay_of_an_id_that_does_not_exist_is_refused_and_audits_nothing(oncall):
+    """It used to exit 0 and write an audited run of "1 skipped"."""
+    letter = DeadLetterFactory()
+    for argv in (["99999999"], [str(letter.pk), "99999999"]):
+        result = act("replay", *argv)
+        assert result.refused_cleanly, result
+        assert "No dead letter 99999999" in result.err
+    assert not ReplayRun.objects.exists() and not Selection.objects.exists()
+    assert DeadLetter.objects.get().state == "pending"
+
+
+@pytest.mark.parametrize("action", ["replay", "discard"])
+def test_an_id_beyond_a_bigint_is_refused(oncall, action):
+    result = act(action, HUGE)
+    assert result.refused_cleanly, result
+    shown = run("deadletters", "show", HUGE)
+    assert shown.refused_cleanly, shown
+
+
+def test_show_of_a_missing_letter_is_a_usage_error():
+    result = run("deadletters", "show", "99999999")
+    assert result.refused_cleanly and "No dead letter 99999999" in result.err
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", HUGE, "²"])
+def test_list_refuses_a_limit_out_of_range(limit):
+    result = run("deadletters", "list", "--limit", limit)
+    assert result.refused_cleanly, result
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", HUGE, "100001"])
+def test_replay_by_filter_refuses_a_limit_out_of_range(oncall, limit):
+    DeadLetterFactory(task_path="shop.receipt")
+    result = act("replay", "--job-type", "shop.receipt", "--limit", limit)
+    assert result.refused_cleanly, result
+    assert not Selection.objects.exists()
+
+
+@pytest.mark.parametrize("reason", ["", " ", "\t\n"])
+def test_an_empty_reason_is_refused_before_the_preview_and_before_any_write(oncall, reason):
+    """It used to print the preview, then leave the frozen selection behind."""
+    letter = DeadLetterFactory()
+    result = act("replay", str(letter.pk), reason=reason)
+    assert result.refused_cleanly, result
+    assert "--reason" in result.err
+    assert not Selection.objects.exists() and not ReplayRun.objects.exists()
+
+
+def test_list_says_when_more_rows_exist_than_shown():
+    DeadLetterFactory.create_batch(4)
+    lines = run("deadletters", "list", "--limit", "3").out.splitlines()
+    assert len(lines) == 4 and lines[-1] == "… 1 more; use --limit"
+    as_json = run("deadletters", "list", "--limit", "3", "--json")
+    assert len(as_json.out.splitlines()) == 3 and "1 more" in as_json.err
+
+
+def test_a_cli_run_is_audited_with_the_filter_the_operator_typed(oncall):
+    """Not `state=pending order=newest`, which the operator never typed."""
+    DeadLetterFactory.create_batch(2, task_path="shop.receipt")
+    result = act("replay", "--job-type", "shop.receipt", "--limit", "5")
+    assert result.code == 0, result
+    run_ = ReplayRun.objects.get()
+    assert run_.filter == {"job_type": "shop.receipt", "limit": 5}
+    assert run_.selection.filter == run_.filter
+    letter = DeadLetterFactory()
+    assert act("discard", str(letter.pk)).code == 0
+    assert ReplayRun.objects.latest("pk").filter == {}  # hand-picked, as in the console
+
+
+@pytest.mark.parametrize("rate", ["1e-300", "0.0001", "nan", "inf", "-1", "100000", "fast"])
+def test_replay_rate_out_of_range_is_refused(oncall, rate):
+    letter = DeadLetterFactory()
+    result = act("replay", str(letter.pk), "--rate", rate)
+    assert result.refused_cleanly, result
+    assert "replay rate must be" in result.err
+    assert not Selection.objects.exists()
+
+
+def test_a_replay_rate_in_range_is_the_runs(oncall):
+    letter = DeadLetterFactory()
+    assert act("replay", str(letter.pk), "--rate", "2.5").code == 0
+    assert ReplayRun.objects.get().rate == 2.5
+
+
+def test_a_refused_start_leaves_no_selection_behind(oncall, monkeypatch):
+    """Whatever start_run refuses, the selection frozen for it goes too (one transaction)."""
+    from deadletters import services
+
+    def refuse(**kwargs):
+        raise services.RefusedError("This preview has expired: preview the selection again.")
+
+    monkeypatch.setattr(services, "start_run", refuse)
+    letter = DeadLetterFactory()
+    result = act("replay", str(letter.pk))
+    assert result.code == 2 and "expired" in result.err
+    assert not Selection.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["x", "--role", "viewer", "--password", ""], "may not be empty"),
+        (["x", "--role", "viewer", "--password", "a"], "too short"),
+        (["x", "--role", "viewer", "--password", "x"], "too short"),
+        (["", "--role", "viewer", "--password", PASSWORD], "username"),
+        (["a b", "--role", "viewer", "--password", PASSWORD], "username"),
+        (["u" * 151, "--role", "viewer", "--password", PASSWORD], "username"),
+        (["x", "--role", "viewer", "--password", PASSWORD, "--email", "nope"], "--email"),
+    ],
+)
+def test_createoperator_refusals_leave_no_user(argv, message):
+    """It used to exit 1 and leave user x behind, and skip AUTH_PASSWORD_VALIDATORS."""
+    before = row_counts()
+    result = run("createoperator", *argv)
+    assert result.refused_cleanly, result
+    assert message in result.err
+    assert row_counts() == before
+
+
+def test_createoperator_keeps_an_existing_user_whole_when_refused():
+    assert run("createoperator", "vic", "--role", "viewer", "--password", PASSWORD).code == 0
+    result = run("createoperator", "vic", "--role", "admin", "--password", "short")
+    assert result.refused_cleanly, result
+    vic = User.objects.get(username="vic")
+    assert vic.check_password(PASSWORD) and not vic.is_staff
+    assert list(vic.groups.values_list("name", flat=True)) == ["Dead-letter viewers"]
+
+
+# --- Hypothesis ------------------------------------------------------------------------------
+
+IDS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.sampled_from(["²", "١٢", "1_0", " 1", "+1", "0x1", "9" * 5000, "-"]),
+)
+TEXTS = st.one_of(
+    st.text(max_size=12),
+    st.text(st.characters(codec=None, categories=None), max_size=8),
+    st.sampled_from(["", " ", "a\x00b", "\udcff", "x" * 101, "x" * 256, "shop.receipt"]),
+)
+LIMITS = st.one_of(IDS, st.sampled_from(["1", "2", "50", "100000", "100001"]))
+RATES = st.one_of(
+    st.floats().map(repr), st.sampled_from(["0", "0.1", "1e-300", "10000", "10001", "nan", ""])
+)
+FILTERS = {
+    "--job-type": TEXTS,
+    "--error-class": TEXTS,
+    "--queue": TEXTS,
+    "--source": st.one_of(st.sampled_from(["jobqueue", "outbox", "django_q2", "celery"]), TEXTS),
+}
+HYPOTHESIS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def pairs(spec):
+    return st.lists(
+        st.sampled_from(sorted(spec)).flatmap(
+            lambda flag: spec[flag].map(lambda v, flag=flag: [flag] if v is None else [flag, v])
+        ),
+        max_size=4,
+    ).map(lambda ps: [a for p in ps for a in p])
+
+
+def check(argv):
+    before = row_counts()
+    result = run(*argv)
+    assert result.code in (0, 2), result
+    assert "Traceback" not in result.err, result.err
+    event(f"exit {result.code}")  # --hypothesis-show-statistics: how many got through
+    if result.code == 2:
+        assert result.refused_cleanly, result
+        assert row_counts() == before, argv
+    return result
+
+
+@pytest.fixture
+def letters(db):
+    DeadLetterFactory.create_batch(3, task_path="shop.receipt")
+
+
+@HYPOTHESIS
+@given(pairs({**FILTERS, "--state": TEXTS, "--limit": LIMITS, "--json": st.none()}))
+def test_list_arguments(letters, argv):
+    check(["deadletters", "list", *argv])
+
+
+@HYPOTHESIS
+@given(st.lists(st.one_of(IDS, st.none()), max_size=2), pairs({"--json": st.none()}))
+def test_show_arguments(letters, ids, argv):
+    known = str(DeadLetter.objects.values_list("pk", flat=True).first())
+    check(["deadletters", "show", *(known if pk is None else pk for pk in ids), *argv])
+
+
+@HYPOTHESIS
+@given(
+    st.sampled_from(["replay", "discard"]),
+    st.lists(IDS, max_size=3),
+    pairs(
+        {**FILTERS, "--limit": LIMITS, "--reason": TEXTS, "--operator": TEXTS,
+         "--rate": RATES, "--dry-run": st.none(), "--allow-poisoned": st.none()}
+    ),
+    st.sampled_from(["oncall", "chief", "nobody"]),
+    st.one_of(st.just("API back"), TEXTS),
+)  # fmt: skip
+def test_replay_and_discard_arguments(oncall, chief, letters, action, ids, argv, who, reason):
+    known = [str(pk) for pk in DeadLetter.objects.values_list("pk", flat=True)[:2]]
+    ids = ids or known[:1]
+    result = check(["deadletters", action, *ids, *argv, "--reason", reason, "--operator", who])
+    if result.code == 2:
+        assert "skip" not in result.out  # no preview printed before a refusal
+
+
+ROLES = st.one_of(st.sampled_from(["viewer", "operator", "admin"]), TEXTS)
+SECRETS = st.one_of(st.just(PASSWORD), TEXTS)
+
+
+@HYPOTHESIS
+@given(
+    st.one_of(st.from_regex(r"[a-z]{1,10}", fullmatch=True), TEXTS),
+    ROLES,
+    SECRETS,
+    pairs({"--role": ROLES, "--password": SECRETS, "--email": TEXTS}),
+)
+def test_createoperator_arguments(username, role, password, argv):
+    check(["createoperator", username, "--role", role, "--password", password, *argv])
+
+
+class ClosedPipe(io.StringIO):
+    """A stdout whose reader went away after the first line."""
+
+    def write(self, text):
+        if self.getvalue().count("\n") >= 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["deadletters", "list"],
+        ["deadletters", "list", "--json"],
+        ["deadletters", "show", "{pk}"],
+        ["queuehealth"],
+        ["jobs"],
+    ],
+)
+def test_a_listing_whose_reader_left_ends_quietly(argv):
+    letter = DeadLetterFactory.create_batch(3)[0]
+    argv = [arg.format(pk=letter.pk) for arg in argv]
+    err = io.StringIO()
+    cmd = command(argv[0], stdout=ClosedPipe(), stderr=err)
+    with (
+        contextlib.redirect_stderr(err),
+        mock.patch.object(connections, "close_all"),
+        pytest.raises(SystemExit) as exit,
+    ):
+        cmd.run_from_argv(["manage.py", *argv])
+    assert exit.value.code == 141
+    assert err.getvalue() == ""
