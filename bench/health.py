@@ -115,7 +115,10 @@ def run(args):
 
     from django.conf import settings
 
-    settings.REDRIVE_METRICS_TOKEN = "bench-token"  # as Prometheus would call it
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "METRICS_TOKEN": "bench-token",
+    }  # as Prometheus would call it
 
     def get(url):
         def call():

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("REDRIVE_VAR_DIR", BASE_DIR / "var"))
@@ -166,19 +167,6 @@ TASKS = {
     }
 }
 
-# Retry and lease policy for jobs; each task may override max_attempts, timeout and backoff.
-JOBQUEUE = {
-    "MAX_ATTEMPTS": int(os.environ.get("JOBQUEUE_MAX_ATTEMPTS", 5)),
-    "BACKOFF_BASE": float(os.environ.get("JOBQUEUE_BACKOFF_BASE", 1.0)),
-    "BACKOFF_CAP": float(os.environ.get("JOBQUEUE_BACKOFF_CAP", 3600.0)),
-    "LEASE_SECONDS": float(os.environ.get("JOBQUEUE_LEASE_SECONDS", 30.0)),
-    "POLL_INTERVAL": float(os.environ.get("JOBQUEUE_POLL_INTERVAL", 1.0)),
-    "LOCK_TIMEOUT": float(os.environ.get("JOBQUEUE_LOCK_TIMEOUT", 5.0)),
-}
-
-# /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
-REDRIVE_METRICS_TOKEN = os.environ.get("REDRIVE_METRICS_TOKEN", "")
-
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -196,33 +184,59 @@ LOGGING = {
     },
 }
 
-# Dead-letter console (deadletters/conf.py documents each one).
-# Payload keys whose values are masked: case-insensitive regular expressions searched in each key
-# (deadletters/redaction.py); env DEADLETTERS_REDACT_PATTERNS, a comma list, replaces the default.
+
+# Redrive's one settings dict (README, "Settings"). Here each key comes from an environment
+# variable, so a deployment (or a test's worker processes) sets them without code; a library
+# user writes the dict directly. A value that does not parse stops start-up with its name.
+def _env(name, default, kind=str):
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"environment variable {name}={raw!r} is not a valid {kind.__name__}"
+        ) from None
+
+
+def _env_list(name, default):
+    return [item.strip() for item in _env(name, default).split(",") if item.strip()]
+
+
+def _env_json(name):
+    try:
+        return json.loads(os.environ.get(name) or "{}")
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"environment variable {name} is not JSON: {exc}") from None
+
+
+REDRIVE = {
+    # Retry and lease policy for jobs; each task may override max_attempts, timeout and backoff.
+    "MAX_ATTEMPTS": _env("JOBQUEUE_MAX_ATTEMPTS", 5, int),
+    "BACKOFF_BASE": _env("JOBQUEUE_BACKOFF_BASE", 1.0, float),
+    "BACKOFF_CAP": _env("JOBQUEUE_BACKOFF_CAP", 3600.0, float),
+    "LEASE_SECONDS": _env("JOBQUEUE_LEASE_SECONDS", 30.0, float),
+    "POLL_INTERVAL": _env("JOBQUEUE_POLL_INTERVAL", 1.0, float),
+    "LOCK_TIMEOUT": _env("JOBQUEUE_LOCK_TIMEOUT", 5.0, float),
+    # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
+    "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
+    # Transactional outbox: routes, destinations, subscribers, as JSON (jobqueue/outbox.py).
+    "OUTBOX": _env_json("REDRIVE_OUTBOX"),
+    # The console's replays.
+    "REPLAY_BATCH_SIZE": _env("DEADLETTERS_REPLAY_BATCH_SIZE", 100, int),
+    "MAX_REPLAYS": _env("DEADLETTERS_MAX_REPLAYS", 3, int),
+    "REPLAY_RATE": _env("DEADLETTERS_REPLAY_RATE", 0.0, float),
+    "REPLAY_QUEUE": _env("DEADLETTERS_QUEUE", "deadletters"),
+    # Sources whose terminal failures the console shows: "jobqueue" (ours, outbox included) and
+    # "django_q2" (the bridge), both by default so the demo shows the bridge
+    # (REDRIVE_SOURCES=jobqueue turns it off).
+    "SOURCES": _env_list("REDRIVE_SOURCES", "jobqueue,django_q2"),
+}
+# Payload keys whose values are masked: case-insensitive regular expressions searched in each
+# key; a comma list replaces the default (deadletters/conf.py).
 if os.environ.get("DEADLETTERS_REDACT_PATTERNS"):
-    DEADLETTERS_REDACT_PATTERNS = [
-        pattern.strip()
-        for pattern in os.environ["DEADLETTERS_REDACT_PATTERNS"].split(",")
-        if pattern.strip()
-    ]
-DEADLETTERS_REPLAY_BATCH_SIZE = int(os.environ.get("DEADLETTERS_REPLAY_BATCH_SIZE", 100))
-DEADLETTERS_MAX_REPLAYS = int(os.environ.get("DEADLETTERS_MAX_REPLAYS", 3))
-DEADLETTERS_REPLAY_RATE = float(os.environ.get("DEADLETTERS_REPLAY_RATE", 0))
-DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")
-
-# Transactional outbox: routes, destinations, subscribers (jobqueue/outbox.py documents the shape).
-# REDRIVE_OUTBOX carries the same dict as JSON, so a deployment (or a test's relay processes) sets
-# routes and secrets without code.
-OUTBOX = json.loads(os.environ.get("REDRIVE_OUTBOX") or "{}")
-
-# Sources whose terminal failures the console shows: "jobqueue" (ours, outbox included) and
-# "django_q2" (the bridge: deadletters/sources/django_q2.py), both by default so the demo
-# shows the bridge. REDRIVE_SOURCES is a comma list (REDRIVE_SOURCES=jobqueue turns it off).
-DEADLETTERS_SOURCES = [
-    name.strip()
-    for name in os.environ.get("REDRIVE_SOURCES", "jobqueue,django_q2").split(",")
-    if name.strip()
-]
+    REDRIVE["REDACT_PATTERNS"] = _env_list("DEADLETTERS_REDACT_PATTERNS", "")
 
 # django-q2 on the ORM broker (same database, so a replay's enqueue commits with its audit rows).
 # A failed task is retried when its broker lock expires (`retry` seconds) until `max_attempts`;

@@ -20,8 +20,8 @@ def replay_settings(app_configs=None, **kwargs):
         except ValueError as exc:
             errors.append(
                 checks.Error(
-                    f"DEADLETTERS_{name}: {exc}.",
-                    hint=f"Set DEADLETTERS_{name} (settings or environment) within that range.",
+                    f'REDRIVE["{name}"]: {exc}.',
+                    hint=f'Set REDRIVE["{name}"] within that range.',
                     id=check_id,
                 )
             )

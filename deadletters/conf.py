@@ -1,6 +1,6 @@
-"""The console's settings, each with its default (override with DEADLETTERS_* in settings)."""
+"""The console's keys of settings.REDRIVE, each with its default (jobqueue/conf.py reads them)."""
 
-from django.conf import settings
+from jobqueue import conf as redrive_conf
 
 DEFAULTS = {
     # Payload values shown as ••••: regular expressions searched case-insensitively in each key,
@@ -30,7 +30,7 @@ DEFAULTS = {
     # Default items per second of a background run; 0 means as fast as the database allows.
     "REPLAY_RATE": 0,
     # The jobqueue queue the background runner's jobs go to.
-    "QUEUE": "deadletters",
+    "REPLAY_QUEUE": "deadletters",
     "PAGE_SIZE": 50,
     # Largest selection one run may freeze ("select all matching" beyond this is refused).
     "MAX_SELECTION": 100_000,
@@ -43,8 +43,11 @@ DEFAULTS = {
 }
 
 
+redrive_conf.declare("deadletters", DEFAULTS)
+
+
 def get(name: str):
-    return getattr(settings, f"DEADLETTERS_{name}", DEFAULTS[name])
+    return redrive_conf.setting(name)
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is

@@ -1,6 +1,6 @@
 """Masking secrets in payloads, everywhere they are shown: the console, the CLI, the admin.
 
-A value is masked when its key matches one of DEADLETTERS_REDACT_PATTERNS: regular expressions
+A value is masked when its key matches one of REDRIVE["REDACT_PATTERNS"]: regular expressions
 searched case-insensitively in the key, so `token` masks `access_token` and `X-Token`, at any
 depth and inside lists. Seeing the values unmasked needs REVEAL_PERMISSION, and each time is
 recorded (record_reveal) with who, which letter, when and through what.

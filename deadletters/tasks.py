@@ -6,6 +6,6 @@ from . import conf, services
 # Many attempts: a runner killed with its worker is swept back to ready and resumes the run
 # where the last committed batch left it. A paced run is a chain of these, each carrying out
 # what is due and enqueueing the next for when the next item is (never sleeping in the slot).
-@task(queue_name=conf.get("QUEUE"), max_attempts=25)
+@task(queue_name=conf.get("REPLAY_QUEUE"), max_attempts=25)
 def carry_out_run(run_id: int, generation: int):
     services.run_due(run_id, generation)

@@ -253,7 +253,7 @@ def run_detail(request, pk):
         "items": items,
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
-        "queue": conf.get("QUEUE"),
+        "queue": conf.get("REPLAY_QUEUE"),
     }
     return render_page(request, "deadletters/run.html", "progress", context)
 
@@ -269,7 +269,12 @@ def run_control(request, pk, command):
     if not handler[command](run, operator=request.user):
         notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
     if request.htmx:  # the swapped partial carries the notice: no page load would show it
-        context = {"run": run, "can_control": True, "queue": conf.get("QUEUE"), "notice": notice}
+        context = {
+            "run": run,
+            "can_control": True,
+            "queue": conf.get("REPLAY_QUEUE"),
+            "notice": notice,
+        }
         return render(request, "deadletters/run.html#progress", context)
     if notice:
         messages.warning(request, notice)

@@ -51,7 +51,7 @@ _MAX_LENGTHS = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Task(DjangoTask):
-    max_attempts: int | None = None  # None: settings.JOBQUEUE["MAX_ATTEMPTS"]
+    max_attempts: int | None = None  # None: REDRIVE["MAX_ATTEMPTS"]
     timeout: float | None = None  # seconds a handler may run before the worker gives up on it
     backoff_base: float | None = None
     backoff_cap: float | None = None

@@ -100,7 +100,10 @@ def sqlite_findings(databases: dict) -> list[checks.CheckMessage]:
 @checks.register(checks.Tags.compatibility)
 def check_optional_packages(app_configs=None, **kwargs):
     """An optional part that is configured but whose extra is not installed."""
-    routes = (getattr(settings, "OUTBOX", None) or {}).get("ROUTES", {})
+    from jobqueue.conf import setting
+
+    outbox = setting("OUTBOX")
+    routes = outbox.get("ROUTES", {}) if isinstance(outbox, dict) else {}
     wanted = [
         ("postgres", f"PostgreSQL database {alias!r}")
         for alias in connections
@@ -132,7 +135,9 @@ def _metrics_routed() -> bool:
 
 @checks.register(checks.Tags.security, deploy=True)
 def check_metrics_token(app_configs=None, **kwargs):
-    if settings.DEBUG or not _metrics_routed() or getattr(settings, "REDRIVE_METRICS_TOKEN", ""):
+    from jobqueue.conf import setting
+
+    if settings.DEBUG or not _metrics_routed() or setting("METRICS_TOKEN"):
         return []
     return [
         checks.Warning(
@@ -184,6 +189,86 @@ def timeout_findings(tasks, lease: float) -> list[checks.CheckMessage]:
                     "(JOBQUEUE['LEASE_SECONDS']).",
                     obj=task.module_path,
                     id="redrive.W002",
+                )
+            )
+    return found
+
+
+# Settings of earlier versions, now keys of REDRIVE: ignored, so say where they went.
+LEGACY_SETTINGS = {
+    "JOBQUEUE": "its keys (MAX_ATTEMPTS, LEASE_SECONDS, ...) directly in REDRIVE",
+    "OUTBOX": 'REDRIVE["OUTBOX"]',
+    "REDRIVE_METRICS_TOKEN": 'REDRIVE["METRICS_TOKEN"]',
+    "DEADLETTERS_SOURCES": 'REDRIVE["SOURCES"]',
+    "DEADLETTERS_QUEUE": 'REDRIVE["REPLAY_QUEUE"]',
+}
+LEGACY_PREFIX = "DEADLETTERS_"
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "a dict"
+    return type(value).__name__
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs=None, **kwargs):
+    """REDRIVE holds only keys some app declared, each of the kind of its default; settings
+    of earlier versions are named with where they moved."""
+    import difflib
+
+    from jobqueue import conf
+
+    found = []
+    raw = getattr(settings, conf.NAME, {})
+    if not isinstance(raw, dict):
+        return [
+            checks.Error(
+                f"settings.{conf.NAME} must be a dict, not {type(raw).__name__}.",
+                id="redrive.E007",
+            )
+        ]
+    declared = conf.declared()
+    for key, value in raw.items():
+        if key not in declared:
+            close = difflib.get_close_matches(str(key), declared, n=1)
+            found.append(
+                checks.Error(
+                    f"REDRIVE[{key!r}] is not a Redrive setting.",
+                    hint=f"Did you mean {close[0]!r}?" if close else "README lists the keys.",
+                    id="redrive.E008",
+                )
+            )
+            continue
+        default, _app = declared[key]
+        if _kind(value) != _kind(default) and not (value is None and default is None):
+            found.append(
+                checks.Error(
+                    f"REDRIVE[{key!r}] must be {_kind(default)}, not {value!r}.",
+                    hint=f"The default is {default!r}.",
+                    id="redrive.E009",
+                )
+            )
+    for name in dir(settings):
+        moved = LEGACY_SETTINGS.get(name) or (
+            f'REDRIVE["{name.removeprefix(LEGACY_PREFIX)}"]'
+            if name.startswith(LEGACY_PREFIX)
+            else None
+        )
+        if moved:
+            found.append(
+                checks.Warning(
+                    f"settings.{name} is no longer read.",
+                    hint=f"Move it to {moved}.",
+                    id="redrive.W004",
                 )
             )
     return found

@@ -1,7 +1,24 @@
-"""The queue's policy settings: settings.JOBQUEUE overrides these defaults key by key."""
+"""Redrive's one settings namespace: `settings.REDRIVE`, a dict whose keys override defaults.
+
+    REDRIVE = {
+        "MAX_ATTEMPTS": 5,          # queue policy (this module)
+        "LEASE_SECONDS": 30.0,
+        "OUTBOX": {...},            # routes, destinations, subscribers (jobqueue/outbox.py)
+        "METRICS_TOKEN": "…",       # bearer token of /metrics
+        "REPLAY_BATCH_SIZE": 100,   # the console's keys (deadletters/conf.py)
+        "SOURCES": ["jobqueue", "django_q2"],
+    }
+
+Each app declares its keys and defaults here (`declare`); `setting(name)` reads one. A key
+no app declares, or a value of the wrong kind, fails `manage.py check` (jobqueue/checks.py),
+which every worker and the web server run at start-up, so a typo is never silently ignored.
+"""
 
 from django.conf import settings
 
+NAME = "REDRIVE"
+
+# The queue's own keys. A task may override MAX_ATTEMPTS, its timeout and the backoff.
 DEFAULTS = {
     "MAX_ATTEMPTS": 5,
     "BACKOFF_BASE": 1.0,  # seconds; the first retry waits 0.5-1 x this
@@ -14,8 +31,39 @@ DEFAULTS = {
     # Health: a worker whose record is not refreshed for this long shows as lost; `prune`
     # removes records of workers lost for longer than its --workers-lost-for.
     "WORKER_LOST_AFTER": 60.0,
+    # /metrics accepts `Authorization: Bearer <token>`; empty: staff logins only.
+    "METRICS_TOKEN": "",
+    # The transactional outbox (jobqueue/outbox.py documents the shape).
+    "OUTBOX": {},
 }
 
+# Every declared key with its default and the app that declared it (for the checks' messages).
+_declared: dict[str, tuple[object, str]] = {}
 
-def policy(name: str):
-    return getattr(settings, "JOBQUEUE", {}).get(name, DEFAULTS[name])
+
+def declare(app: str, defaults: dict) -> None:
+    """Make `defaults` known keys of REDRIVE (the console declares its own at import)."""
+    for key, value in defaults.items():
+        _declared[key] = (value, app)
+
+
+declare("jobqueue", DEFAULTS)
+
+
+def configured() -> dict:
+    value = getattr(settings, NAME, None)
+    return value if isinstance(value, dict) else {}
+
+
+def setting(name: str):
+    """REDRIVE[name], or its declared default."""
+    values = configured()
+    return values[name] if name in values else _declared[name][0]
+
+
+def declared() -> dict[str, tuple[object, str]]:
+    return dict(_declared)
+
+
+# The queue's code reads its policy through this name.
+policy = setting

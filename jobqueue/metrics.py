@@ -1,16 +1,16 @@
 """/metrics in Prometheus text format, from the same health snapshot as the dashboard.
 
-Guarded: a request needs `Authorization: Bearer <settings.REDRIVE_METRICS_TOKEN>` or a staff
+Guarded: a request needs `Authorization: Bearer <REDRIVE["METRICS_TOKEN"]>` or a staff
 login. Labels are queue and task only, whose number the code bounds.
 """
 
 import hmac
 
-from django.conf import settings
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from jobqueue.conf import setting
 from jobqueue.health import snapshot
 
 PER_ROW = [
@@ -62,7 +62,7 @@ class HealthCollector:
 
 
 def allowed(request) -> bool:
-    token = getattr(settings, "REDRIVE_METRICS_TOKEN", "")
+    token = setting("METRICS_TOKEN")
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
     # Compared as bytes: compare_digest refuses str with non-ASCII characters (TypeError), and
     # a header is whatever the client sent (WSGI hands it over decoded as Latin-1).

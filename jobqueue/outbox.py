@@ -11,9 +11,10 @@ If the transaction rolls back, the message never existed. Once it commits, a rel
 (`manage.py runrelay`, or `manage.py runworker --relay`) publishes it at least once, with a
 stable message id (the row id, as a string) that consumers deduplicate on.
 
-Configuration (settings.OUTBOX; config/settings.py reads it as JSON from REDRIVE_OUTBOX):
+Configuration (settings.REDRIVE["OUTBOX"]; the example project reads it as JSON from the
+REDRIVE_OUTBOX environment variable):
 
-    OUTBOX = {
+    REDRIVE["OUTBOX"] = {
         # topic pattern (fnmatch: *, ?, [..]) -> destination; the first matching pattern wins.
         "ROUTES": {
             "order.*": "jobs",                # fan out to SUBSCRIBERS as jobs in this database
@@ -38,9 +39,9 @@ Configuration (settings.OUTBOX; config/settings.py reads it as JSON from REDRIVE
         # topic pattern -> task paths; each subscribed task gets one job per message, called
         # with the payload as keyword arguments: on_order_created(order_id=…).
         "SUBSCRIBERS": {"order.created": ["shop.tasks.send_confirmation", "shop.tasks.reserve"]},
-        # Optional, defaults shown; the retry policy falls back to settings.JOBQUEUE's.
+        # Optional, defaults shown; the retry policy falls back to REDRIVE's.
         "BATCH_SIZE": 200, "LEASE_SECONDS": 30.0, "POLL_INTERVAL": 1.0,
-        "MAX_ATTEMPTS": JOBQUEUE["MAX_ATTEMPTS"], "BACKOFF_BASE": …, "BACKOFF_CAP": …,
+        "MAX_ATTEMPTS": REDRIVE["MAX_ATTEMPTS"], "BACKOFF_BASE": …, "BACKOFF_CAP": …,
         "RETENTION_DAYS": 7,                  # `manage.py prune` default
         "RELAY_IN_WORKER": False,             # runworker runs a relay thread as with --relay
     }
@@ -79,7 +80,6 @@ from __future__ import annotations
 
 import fnmatch
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -100,7 +100,7 @@ FROM_JOBQUEUE = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP")
 
 
 def setting(name: str):
-    configured = getattr(settings, "OUTBOX", {}) or {}
+    configured = policy("OUTBOX") or {}
     if name in configured:
         return configured[name]
     if name in FROM_JOBQUEUE:

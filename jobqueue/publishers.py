@@ -3,7 +3,7 @@
 A publisher turns each message into an outcome: None (the destination has it) or an exception
 the relay classifies with jobqueue.errors.classify — PermanentError → dead letter at once,
 RateLimited → retry after the destination's delay, anything else → retry with backoff.
-Publishers never raise for a single message's failure; settings.OUTBOX documents the routes.
+Publishers never raise for a single message's failure; REDRIVE["OUTBOX"] documents the routes.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class JobsPublisher(Publisher):
             tasks = subscribers_for(message.topic)
             if not tasks:
                 failed[message.pk] = NoSubscribers(
-                    f"no task subscribes to {message.topic!r} (settings.OUTBOX['SUBSCRIBERS'])"
+                    f"no task subscribes to {message.topic!r} (REDRIVE['OUTBOX']['SUBSCRIBERS'])"
                 )
                 continue
             jobs[message.pk] = [
@@ -366,7 +366,7 @@ KINDS = {"webhook": WebhookPublisher, "rabbitmq": RabbitMQPublisher}
 def build(spec: str | None, *, using: str = "default") -> Publisher:
     """The publisher for a route spec ("jobs", "webhook:<name>", "rabbitmq:<name>")."""
     if spec is None:
-        return Unrouted("no route in settings.OUTBOX['ROUTES'] matches the topic")
+        return Unrouted("no route in REDRIVE['OUTBOX']['ROUTES'] matches the topic")
     kind, _, name = spec.partition(":")
     destinations = setting("DESTINATIONS")
     if kind == "jobs":
@@ -374,7 +374,7 @@ def build(spec: str | None, *, using: str = "default") -> Publisher:
     if kind not in KINDS:
         return Unrouted(f"route {spec!r}: unknown destination kind {kind!r}")
     if name not in destinations:
-        return Unrouted(f"route {spec!r}: no {name!r} in settings.OUTBOX['DESTINATIONS']")
+        return Unrouted(f"route {spec!r}: no {name!r} in REDRIVE['OUTBOX']['DESTINATIONS']")
     try:
         return KINDS[kind](name, destinations[name])
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """The django-q2 bridge: django-q2's terminal failures become dead letters of the console.
 
-On when `DEADLETTERS_SOURCES` names "django_q2" (and `django_q` is installed). The app's ready()
+On when `REDRIVE["SOURCES"]` names "django_q2" (and `django_q` is installed). The app's ready()
 connects `receive` to django-q2's `post_execute`, which the cluster's monitor process sends after
 it saved a task's result (and acknowledged it, or not). Each save is handed to
 `jobqueue.store.django_q2.record`, which decides: terminal failure → one dead letter; retry

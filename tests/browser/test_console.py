@@ -84,7 +84,7 @@ def test_operator_filters_selects_replays_and_finds_the_audit_entry(page, live_s
 
 
 def test_background_run_shows_live_progress(page, live_server, settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 2}
     letters = DeadLetterFactory.create_batch(5, task_path="shop.send_receipt")
     login(page, live_server, "operator")
     page.goto(f"{live_server.url}/deadletters/list/?job_type=shop.send_receipt")
@@ -138,7 +138,7 @@ def test_script_in_an_error_does_not_run(page, live_server):
 
 
 def test_overview_polling_stops_after_an_error(page, live_server, settings):
-    settings.DEADLETTERS_OVERVIEW_POLL_SECONDS = 1
+    settings.REDRIVE = {**settings.REDRIVE, "OVERVIEW_POLL_SECONDS": 1}
     DeadLetterFactory()
     login(page, live_server, "viewer")
     polls = []

@@ -22,7 +22,7 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 
 def test_no_page_violates_the_content_security_policy(page, live_server, settings):
-    settings.DEADLETTERS_OVERVIEW_POLL_SECONDS = 1
+    settings.REDRIVE = {**settings.REDRIVE, "OVERVIEW_POLL_SECONDS": 1}
     letter = DeadLetterFactory(kwargs={"access_token": "tok-123", "note": "hello"})
     run = ReplayItemFactory().run
     page.add_init_script(RECORD_VIOLATIONS)

@@ -128,7 +128,7 @@ def test_cli_lists_and_filters_by_source(cli_operator):
 
 
 def test_cli_replay_by_filter_uses_the_same_bounds_and_audit(cli_operator, settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 2}
     letters = DeadLetterFactory.create_batch(5, task_path="shop.receipt")
     out = run_cli(
         "replay",

@@ -211,9 +211,12 @@ def _client(user):
 
 @pytest.fixture
 def world(settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2  # so a confirmed run of 3 goes to the runner
-    settings.DEADLETTERS_MAX_REPLAYS = 3
-    settings.REDRIVE_METRICS_TOKEN = "s3cret-token"
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "REPLAY_BATCH_SIZE": 2,
+    }  # so a confirmed run of 3 goes to the runner
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_REPLAYS": 3}
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": "s3cret-token"}
     return World()
 
 

@@ -202,7 +202,7 @@ def test_a_nul_byte_in_a_list_filter_is_named_and_refused_by_count_and_select_al
 @pytest.mark.parametrize("given", ["é", "ünïcode", "tök€n", "s3cret-é"])
 def test_metrics_refuses_a_non_ascii_bearer_token(settings, given):
     # Was TypeError from hmac.compare_digest on str with non-ASCII characters.
-    settings.REDRIVE_METRICS_TOKEN = "s3cret"
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": "s3cret"}
     response = Client().get("/metrics", headers={"Authorization": f"Bearer {given}"})
     assert response.status_code == 401
     assert Client().get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
@@ -237,7 +237,7 @@ def test_select_all_cannot_be_injected_through_the_list_url(operator_client):
 
 
 def test_only_valid_filters_are_echoed_in_their_cleaned_form(operator_client, settings):
-    settings.DEADLETTERS_PAGE_SIZE = 1
+    settings.REDRIVE = {**settings.REDRIVE, "PAGE_SIZE": 1}
     DeadLetterFactory.create_batch(2, task_path="A")
     page = operator_client.get(LIST, {"job_type": " A ", "since": "garbage", "order": "oldest"})
     inputs = selection_inputs(page.content)

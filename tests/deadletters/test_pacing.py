@@ -52,7 +52,7 @@ class FakeClock:
 
 def start(operator, n, *, rate=None, background=True, batch_size=3, settings=None):
     if settings is not None:
-        settings.DEADLETTERS_REPLAY_BATCH_SIZE = batch_size
+        settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": batch_size}
     letters = DeadLetterFactory.create_batch(n)
     selection = services.freeze_selection(
         operator=operator, action="replay", ids=[dl.pk for dl in letters]
@@ -302,7 +302,7 @@ def test_the_service_refuses_settings_out_of_range_and_writes_nothing(
 ):
     # The start-up check refuses these, but a process started without checks (a WSGI server)
     # must not loop without progress (batch size 0), fail (-1) or overflow (a tiny rate).
-    setattr(settings, f"DEADLETTERS_{name}", value)
+    settings.REDRIVE = {**settings.REDRIVE, name: value}
     letters = DeadLetterFactory.create_batch(5)
     selection = services.freeze_selection(
         operator=operator, action="replay", ids=[dl.pk for dl in letters]
@@ -335,10 +335,10 @@ def test_the_confirm_form_refuses_a_rate_out_of_range(operator_client, rate):
 )
 def test_settings_out_of_range_fail_the_system_check(settings, name, value, check_id):
     assert not [e for e in checks.run_checks() if e.id in ("redrive.E011", "redrive.E012")]
-    setattr(settings, f"DEADLETTERS_{name}", value)
+    settings.REDRIVE = {**settings.REDRIVE, name: value}
     errors = [e for e in checks.run_checks() if e.id.startswith("redrive.E01")]
     assert [e.id for e in errors] == [check_id]
-    assert errors[0].msg.startswith(f"DEADLETTERS_{name}: replay ")
+    assert errors[0].msg.startswith(f'REDRIVE["{name}"]: replay ')
 
 
 @pytest.mark.django_db(transaction=True)
@@ -347,7 +347,7 @@ def test_runworker_refuses_to_start_with_settings_out_of_range(tmp_path):
     proc = Processes(tmp_path).run("--burst", env=env)
     output = Path(proc.log_path).read_text()
     assert proc.returncode == 1, output
-    assert "(redrive.E011) DEADLETTERS_REPLAY_RATE: replay rate must be" in output
-    assert "(redrive.E012) DEADLETTERS_REPLAY_BATCH_SIZE: replay batch size must be" in output
+    assert '(redrive.E011) REDRIVE["REPLAY_RATE"]: replay rate must be' in output
+    assert '(redrive.E012) REDRIVE["REPLAY_BATCH_SIZE"]: replay batch size must be' in output
     assert "Traceback" not in output
     assert "worker_started" not in output

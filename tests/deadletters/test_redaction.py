@@ -43,13 +43,13 @@ def test_default_patterns_mask_the_usual_names_at_any_depth_and_in_lists():
 
 
 def test_patterns_are_case_insensitive_regular_expressions(settings):
-    settings.DEADLETTERS_REDACT_PATTERNS = ["^pin$", "card"]
+    settings.REDRIVE = {**settings.REDRIVE, "REDACT_PATTERNS": ["^pin$", "card"]}
     assert redaction.redact({"PIN": 1, "spin": 2, "Credit-Card": 3}) == {
         "PIN": "••••",
         "spin": 2,
         "Credit-Card": "••••",
     }
-    settings.DEADLETTERS_REDACT_PATTERNS = []
+    settings.REDRIVE = {**settings.REDRIVE, "REDACT_PATTERNS": []}
     assert redaction.redact({"password": "x"}) == {"password": "x"}
 
 

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_run_resumes_after_its_worker_is_killed_and_replays_nothing_twice(workers, settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 5
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 5}
     operator = user_with_role("operator")
     letters = DeadLetterFactory.create_batch(30, task_path="tests.tasks.noop", args=[1])
     selection = services.freeze_selection(

@@ -148,7 +148,7 @@ def test_overview_groups_pending_by_type():
 
 
 def test_preview_counts_and_reasons(settings):
-    settings.DEADLETTERS_MAX_REPLAYS = 3
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_REPLAYS": 3}
     fresh = DeadLetterFactory(task_path="a")
     again = DeadLetterFactory(task_path="a", replays=1)
     poison = DeadLetterFactory(task_path="b", replays=3)

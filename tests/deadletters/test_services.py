@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def small_batches(settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 3
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 3}
 
 
 def start(operator, letters, *, action="replay", reason="API fixed", **kwargs):
@@ -90,7 +90,7 @@ def test_double_replay_is_refused(operator):
 
 
 def test_poison_limit_needs_the_permission(operator, admin_operator, settings):
-    settings.DEADLETTERS_MAX_REPLAYS = 3
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_REPLAYS": 3}
     poison = DeadLetterFactory(replays=3)
     run = start(operator, [poison])
     assert (run.done, run.skipped) == (0, 1)

@@ -112,7 +112,7 @@ def test_list_filters_live_in_the_url_and_htmx_gets_the_partial(viewer_client):
 
 
 def test_list_pages_with_cursor_links(viewer_client, settings):
-    settings.DEADLETTERS_PAGE_SIZE = 2
+    settings.REDRIVE = {**settings.REDRIVE, "PAGE_SIZE": 2}
     letters = DeadLetterFactory.create_batch(5, task_path="t")
     first = viewer_client.get(LIST, {"job_type": "t"})
     next_link = re.search(rb'rel="next" href="\?([^"]+)"', first.content).group(1)
@@ -139,7 +139,7 @@ def test_overview_polls_and_renders_chart(viewer_client):
 
 
 def test_everything_from_errors_and_payloads_is_escaped(viewer_client, settings):
-    settings.DEADLETTERS_REDACT_PATTERNS = ["password"]
+    settings.REDRIVE = {**settings.REDRIVE, "REDACT_PATTERNS": ["password"]}
     attack = "<script>alert('x')</script>"
     letter = DeadLetterFactory(
         task_path="t",
@@ -175,7 +175,7 @@ def test_missing_letter_is_404(viewer_client):
 
 
 def test_replay_flow_preview_then_confirm(operator_client, settings):
-    settings.DEADLETTERS_MAX_REPLAYS = 3
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_REPLAYS": 3}
     fresh = DeadLetterFactory(task_path="a")
     again = DeadLetterFactory(task_path="a", replays=1)
     poison = DeadLetterFactory(task_path="b", replays=3)
@@ -206,7 +206,7 @@ def test_replay_flow_preview_then_confirm(operator_client, settings):
 
 
 def test_admin_role_may_bypass_poison(admin_client_, settings):
-    settings.DEADLETTERS_MAX_REPLAYS = 1
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_REPLAYS": 1}
     poison = DeadLetterFactory(replays=1)
     confirm_url = admin_client_.post(PREVIEW, {"action": "replay", "ids": [poison.pk]})["Location"]
     assert b'name="allow_poisoned"' in admin_client_.get(confirm_url).content
@@ -259,7 +259,7 @@ def test_csrf_is_enforced_and_htmx_sends_the_token(operator):
 
 
 def test_run_page_progress_and_controls(operator_client, settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 2}
     letters = DeadLetterFactory.create_batch(5)
     confirm_url = operator_client.post(
         PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}
@@ -291,7 +291,7 @@ def test_run_page_progress_and_controls(operator_client, settings):
 
 
 def test_viewer_cannot_control_runs(viewer_client, operator_client, settings):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 1
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 1}
     letters = DeadLetterFactory.create_batch(2)
     confirm_url = operator_client.post(
         PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}
@@ -333,7 +333,7 @@ def test_audit_page_lists_runs_and_filters(viewer_client, operator_client, admin
 def test_audit_finds_a_run_by_job_type_before_its_first_batch(
     viewer_client, operator_client, settings
 ):
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 2
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 2}
     letters = DeadLetterFactory.create_batch(5, task_path="shop.slow_one")
     confirm_url = operator_client.post(
         PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}
@@ -365,8 +365,8 @@ def test_a_stalled_run_offers_a_runner_restart(operator_client, settings):
 
     from django.utils import timezone
 
-    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 1
-    settings.DEADLETTERS_STALL_SECONDS = 60
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 1}
+    settings.REDRIVE = {**settings.REDRIVE, "STALL_SECONDS": 60}
     letters = DeadLetterFactory.create_batch(2)
     confirm_url = operator_client.post(
         PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]}

@@ -20,7 +20,7 @@ def test_task_decorator_builds_our_task_class_with_its_policy():
     assert isinstance(tasks.effect, Task)
     assert tasks.effect.max_attempts == 3
     assert tasks.always_fails.backoff_base == 30.0
-    assert tasks.noop.attempt_budget == 5  # settings.JOBQUEUE["MAX_ATTEMPTS"]
+    assert tasks.noop.attempt_budget == 5  # REDRIVE["MAX_ATTEMPTS"]
 
 
 def test_enqueue_writes_a_ready_job_with_options():

@@ -68,7 +68,7 @@ def test_sqlite_with_wal_and_immediate_transactions_passes():
 
 
 def test_a_configured_part_whose_extra_is_missing_names_the_extra(settings, monkeypatch):
-    settings.OUTBOX = {"ROUTES": {"audit.*": "rabbitmq:events"}}
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": {"ROUTES": {"audit.*": "rabbitmq:events"}}}
     real = checks.installed
     monkeypatch.setattr(checks, "installed", lambda module: module != "pika" and real(module))
     found = checks.check_optional_packages()
@@ -86,7 +86,7 @@ def test_metrics_routed_without_prometheus_names_the_metrics_extra(monkeypatch):
 
 
 def test_an_unconfigured_part_is_not_required(settings, monkeypatch):
-    settings.OUTBOX = {}
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": {}}
     monkeypatch.setattr(
         checks, "installed", lambda module: module not in ("pika", "prometheus_client")
     )
@@ -119,11 +119,11 @@ def test_tasks_are_found_in_installed_apps_tasks_modules():
 
 def test_metrics_without_a_token_in_production_is_warned(settings):
     settings.DEBUG = False
-    settings.REDRIVE_METRICS_TOKEN = ""
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": ""}
     assert ids(checks.check_metrics_token()) == ["redrive.W003"]
-    settings.REDRIVE_METRICS_TOKEN = "s3cret-token-for-prometheus"
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": "s3cret-token-for-prometheus"}
     assert checks.check_metrics_token() == []
-    settings.REDRIVE_METRICS_TOKEN = ""
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": ""}
     settings.DEBUG = True
     assert checks.check_metrics_token() == []
 
@@ -140,19 +140,77 @@ def test_the_console_without_htmx_middleware_is_an_error(settings):
 def test_a_configured_source_whose_package_is_missing_names_the_extra(settings, monkeypatch):
     from deadletters import checks as console_checks
 
-    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    settings.REDRIVE = {**settings.REDRIVE, "SOURCES": ["jobqueue", "django_q2"]}
     real = checks.installed
     monkeypatch.setattr(checks, "installed", lambda module: module != "django_q" and real(module))
     found = console_checks.console_setup()
     assert ids(found) == ["redrive.E002"]
     assert "redrive[django-q2]" in found[0].msg
-    settings.DEADLETTERS_SOURCES = ["jobqueue", "celery"]
+    settings.REDRIVE = {**settings.REDRIVE, "SOURCES": ["jobqueue", "celery"]}
     assert ids(console_checks.console_setup()) == ["redrive.E005"]
 
 
 def test_a_configured_source_not_in_installed_apps_is_an_error(settings):
     from deadletters.checks import console_setup
 
-    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    settings.REDRIVE = {**settings.REDRIVE, "SOURCES": ["jobqueue", "django_q2"]}
     settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django_q"]
     assert ids(console_setup()) == ["redrive.E006"]
+
+
+def test_redrive_must_be_a_dict(settings):
+    settings.REDRIVE = [("MAX_ATTEMPTS", 3)]
+    assert ids(checks.check_settings()) == ["redrive.E007"]
+
+
+def test_an_unknown_key_is_named_with_the_closest_one(settings):
+    settings.REDRIVE = {"LEASE_SECOND": 10.0, "REPLAY_BATCHSIZE": 5}
+    found = checks.check_settings()
+    assert ids(found) == ["redrive.E008", "redrive.E008"]
+    assert "Did you mean 'LEASE_SECONDS'?" in found[0].hint
+    assert "Did you mean 'REPLAY_BATCH_SIZE'?" in found[1].hint
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("MAX_ATTEMPTS", "5"),
+        ("LEASE_SECONDS", True),
+        ("OUTBOX", []),
+        ("SOURCES", "jobqueue,django_q2"),
+        ("METRICS_TOKEN", 12345),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_an_error(settings, key, value):
+    settings.REDRIVE = {key: value}
+    found = checks.check_settings()
+    assert ids(found) == ["redrive.E009"]
+    assert key in found[0].msg
+
+
+def test_settings_of_earlier_versions_say_where_they_moved(settings):
+    settings.JOBQUEUE = {"MAX_ATTEMPTS": 3}
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = 10
+    settings.REDRIVE_METRICS_TOKEN = "t"
+    found = {message.msg: message.hint for message in checks.check_settings()}
+    assert found["settings.JOBQUEUE is no longer read."].startswith("Move it to its keys")
+    assert found["settings.DEADLETTERS_REPLAY_BATCH_SIZE is no longer read."] == (
+        'Move it to REDRIVE["REPLAY_BATCH_SIZE"].'
+    )
+    assert found["settings.REDRIVE_METRICS_TOKEN is no longer read."] == (
+        'Move it to REDRIVE["METRICS_TOKEN"].'
+    )
+
+
+def test_keys_are_read_from_redrive_with_their_defaults(settings):
+    from deadletters import conf as console_conf
+    from jobqueue import conf
+
+    settings.REDRIVE = {"LEASE_SECONDS": 12.5, "PAGE_SIZE": 7}
+    assert conf.policy("LEASE_SECONDS") == 12.5
+    assert conf.policy("MAX_ATTEMPTS") == 5
+    assert console_conf.get("PAGE_SIZE") == 7
+    assert console_conf.get("REPLAY_QUEUE") == "deadletters"
+    del settings.REDRIVE
+    assert conf.policy("LEASE_SECONDS") == 30.0
+    assert checks.check_settings() == []

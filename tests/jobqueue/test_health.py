@@ -106,7 +106,7 @@ def test_a_worker_records_itself_counts_its_jobs_and_leaves_cleanly():
 
 def test_metrics_parse_and_need_credentials(client, fixture_data, settings, django_user_model):
     assert client.get("/metrics").status_code == 401
-    settings.REDRIVE_METRICS_TOKEN = "s3cret"
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": "s3cret"}
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     response = client.get("/metrics", headers={"Authorization": "Bearer s3cret"})
     assert response.status_code == 200
@@ -119,7 +119,7 @@ def test_metrics_parse_and_need_credentials(client, fixture_data, settings, djan
     assert workers == {"alive": 1, "lost": 1}
     staff = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client.force_login(staff)
-    settings.REDRIVE_METRICS_TOKEN = ""
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": ""}
     assert client.get("/metrics").status_code == 200
 
 
@@ -190,5 +190,5 @@ def test_last_success_is_the_latest_in_its_minute():
 
 
 def test_lost_after_is_a_setting(fixture_data, settings):
-    settings.JOBQUEUE = {"WORKER_LOST_AFTER": 3600}
+    settings.REDRIVE = {**settings.REDRIVE, **{"WORKER_LOST_AFTER": 3600}}
     assert [w["lost"] for w in snapshot(now=NOW).workers] == [False, False]

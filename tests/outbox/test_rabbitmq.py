@@ -60,7 +60,7 @@ def relay_for(settings, routing_key):
         "exchange": "",  # the default exchange routes by queue name
         "routing_key": routing_key,
     }
-    settings.OUTBOX = config
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
     return Relay(relay_id="test-relay", batch_size=50)
 
 

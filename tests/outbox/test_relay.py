@@ -37,7 +37,7 @@ def clock():
 
 @pytest.fixture
 def relay(settings, hook_server, clock):
-    settings.OUTBOX = outbox_config(hook_server.url)
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": outbox_config(hook_server.url)}
     return Relay(relay_id="test-relay", batch_size=50, lease_seconds=30, clock=clock)
 
 
@@ -175,7 +175,7 @@ def test_read_timeout_and_refused_connection_are_transient(settings, hook_server
     config["DESTINATIONS"]["hooks"]["read_timeout"] = 0.2
     config["DESTINATIONS"]["down"] = {"url": "http://127.0.0.1:9/", "secret": "s"}
     config["ROUTES"]["down.*"] = "webhook:down"
-    settings.OUTBOX = config
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
     relay = Relay(relay_id="test-relay", clock=clock)
     slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(2)]
     refused = [outbox.publish("down.sent", {"n": n}) for n in range(2)]
@@ -200,7 +200,7 @@ def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server
     relay_config["ROUTES"]["nowhere.*"] = "webhook:hooks"
     from django.conf import settings
 
-    settings.OUTBOX = relay_config  # the operator fixed the route
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": relay_config}  # the operator fixed the route
     store.replay([letter.pk])
     relay.step()
     assert hook_server.ids() == [message_id]
@@ -212,7 +212,7 @@ def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server
 def test_postgres_notify_wakes_an_idle_relay_long_before_its_poll(settings, transactional_db):
     if connection.vendor != "postgresql":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite relays poll")
-    settings.OUTBOX = outbox_config()
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": outbox_config()}
     relay = Relay(relay_id="idle-relay", poll_interval=60)
     thread = run_in_thread(relay)
     try:
@@ -254,7 +254,7 @@ def test_prune_command_deletes_only_published_rows_past_the_retention():
 def test_a_publisher_bug_is_recorded_on_the_message_and_retried(settings, clock):
     config = outbox_config()
     config["DESTINATIONS"]["events"] = {"url": "amqp://127.0.0.1:9/", "routing_key": "{nope}"}
-    settings.OUTBOX = config
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
     message_id = outbox.publish("audit.logged", {"n": 1})
     Relay(relay_id="test-relay", clock=clock).step()
     row = state(message_id)
@@ -299,7 +299,10 @@ def test_an_outbox_dead_letter_replayed_through_the_cli_is_audited_with_its_outc
     assert first.republished and first.job_outcome == "pending"
     relay.step()
     assert first.job_outcome == "failed again"
-    settings.OUTBOX = {**settings.OUTBOX, "ROUTES": {"nowhere.*": "webhook:hooks"}}
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "OUTBOX": {**settings.REDRIVE["OUTBOX"], "ROUTES": {"nowhere.*": "webhook:hooks"}},
+    }
     second = replay()
     relay.step()
     assert hook_server.ids() == [message_id]
@@ -311,7 +314,10 @@ def test_an_outbox_dead_letter_replayed_through_the_cli_is_audited_with_its_outc
 def test_a_destination_slower_than_half_the_lease_is_flagged_at_start(settings, caplog):
     """Leases are renewed between messages: a publish that can outlast half the lease risks a
     second relay sending the same message, so the relay says so when it starts."""
-    settings.OUTBOX = outbox_config()  # hooks: 2 s connect + 5 s read
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "OUTBOX": outbox_config(),
+    }  # hooks: 2 s connect + 5 s read
     Relay(relay_id="quick", lease_seconds=30, burst=True).run()
     assert "destination_slower_than_lease" not in caplog.text
     Relay(relay_id="tight", lease_seconds=10, burst=True).run()

@@ -301,7 +301,7 @@ def test_installs_with_the_django_q2_extra_and_the_bridge_on(tmp_path, wheel, se
     with (project.root / "hostsite" / "settings.py").open("a") as fh:
         fh.write(
             "\nINSTALLED_APPS += ['django_q']\n"
-            "DEADLETTERS_SOURCES = ['jobqueue', 'django_q2']\n"
+            "REDRIVE = {'SOURCES': ['jobqueue', 'django_q2']}\n"
             "Q_CLUSTER = {'name': 'host', 'orm': 'default', 'max_attempts': 1, 'retry': 60,"
             " 'timeout': 30}\n"
         )

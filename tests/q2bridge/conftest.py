@@ -7,7 +7,7 @@ from deadletters.sources import django_q2 as bridge
 @pytest.fixture
 def bridge_on(settings):
     """The bridge on in this process: the setting, and the receiver connected."""
-    settings.DEADLETTERS_SOURCES = ["jobqueue", "django_q2"]
+    settings.REDRIVE = {**settings.REDRIVE, "SOURCES": ["jobqueue", "django_q2"]}
     assert bridge.connect()
     yield
     post_execute.disconnect(dispatch_uid=bridge.DISPATCH_UID)

@@ -113,7 +113,7 @@ def test_success_after_a_failure_never_appears(bridge_on):
 
 
 def test_bridge_off_records_nothing(bridge_on, settings):
-    settings.DEADLETTERS_SOURCES = ["jobqueue"]
+    settings.REDRIVE = {**settings.REDRIVE, "SOURCES": ["jobqueue"]}
     task = package(ack_failure=True)
     save(result(task))
     assert Failure.objects.filter(id=task["id"]).exists()

@@ -91,7 +91,7 @@ class Command(cli.Command):
                     type=rate,
                     default=None,
                     metavar="ITEMS_PER_SECOND",
-                    help="Pace of the run (default settings DEADLETTERS_REPLAY_RATE; 0 unlimited).",
+                    help="Pace of the run (default REDRIVE['REPLAY_RATE']; 0 unlimited).",
                 )
                 act.add_argument(
                     "--allow-poisoned",

@@ -25,7 +25,7 @@ class Command(cli.Command):
             type=DAYS,
             default=None,
             metavar="DAYS",
-            help="Retention in days (default settings.OUTBOX RETENTION_DAYS).",
+            help="Retention in days (default REDRIVE['OUTBOX']['RETENTION_DAYS']).",
         )
         parser.add_argument(
             "--counters-older-than",

@@ -13,21 +13,21 @@ class Command(cli.Command):
             "--batch",
             type=cli.integer(1, 10_000),
             default=None,
-            help="Messages claimed per round trip (default settings.OUTBOX BATCH_SIZE).",
+            help="Messages claimed per round trip (default REDRIVE['OUTBOX']['BATCH_SIZE']).",
         )
         parser.add_argument(
             "--lease",
             type=LEASE,
             default=None,
             metavar="SECONDS",
-            help="Lease length of each claim (default settings.OUTBOX LEASE_SECONDS).",
+            help="Lease length of each claim (default REDRIVE['OUTBOX']['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--poll",
             type=POLL,
             default=None,
             metavar="SECONDS",
-            help="Polling interval when idle (default settings.OUTBOX POLL_INTERVAL).",
+            help="Polling interval when idle (default REDRIVE['OUTBOX']['POLL_INTERVAL']).",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit 0 once no message is claimable."

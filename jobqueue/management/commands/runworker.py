@@ -98,7 +98,7 @@ class Command(cli.Command):
             type=LEASE,
             default=None,
             metavar="SECONDS",
-            help="Lease length of each claim (default settings.JOBQUEUE).",
+            help="Lease length of each claim (default REDRIVE).",
         )
         parser.add_argument(
             "--grace",
@@ -112,7 +112,7 @@ class Command(cli.Command):
             type=POLL,
             default=None,
             metavar="SECONDS",
-            help="Polling interval when idle (default settings.JOBQUEUE).",
+            help="Polling interval when idle (default REDRIVE).",
         )
         parser.add_argument(
             "--id",
@@ -125,7 +125,7 @@ class Command(cli.Command):
             "--relay",
             action="store_true",
             default=None,
-            help="Also run an outbox relay thread (default settings.OUTBOX RELAY_IN_WORKER).",
+            help="Also run an outbox relay thread (default REDRIVE['OUTBOX']['RELAY_IN_WORKER']).",
         )
 
     def handle(self, *args, **opts):
