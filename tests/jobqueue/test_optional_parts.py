@@ -26,3 +26,14 @@ def test_replaying_job_letters_never_imports_django_q2(without_django_q2):
     assert list(outcome.done) == [letter.pk]
     assert Job.objects.filter(replayed_from=letter).count() == 1
     assert DeadLetter.objects.get(pk=letter.pk).state == "replaying"
+
+
+def test_the_metrics_module_imports_without_prometheus_client(monkeypatch):
+    """A host's urls may import the view; only serving it needs the extra."""
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.delitem(sys.modules, "jobqueue.metrics", raising=False)
+    module = importlib.import_module("jobqueue.metrics")
+    assert callable(module.metrics)
+    monkeypatch.delitem(sys.modules, "jobqueue.metrics")
