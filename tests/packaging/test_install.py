@@ -315,3 +315,21 @@ def test_installs_with_the_django_q2_extra_and_the_bridge_on(tmp_path, wheel, se
         "r = c.get('/ops/list/', {'source': 'django_q2'}); print('status', r.status_code)\n"
     )
     assert "status 200" in listing
+
+
+def test_the_wheel_holds_the_two_apps_and_nothing_of_the_example(wheel):
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"jobqueue", "deadletters"}
+    for needed in (
+        "deadletters/templates/deadletters/base.html",
+        "deadletters/static/deadletters/console.js",
+        "deadletters/migrations/0001_audit_log.py",
+        "jobqueue/migrations/0001_initial.py",
+        "jobqueue/management/commands/runworker.py",
+        "deadletters/management/commands/createoperator.py",
+    ):
+        assert needed in names, needed
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
