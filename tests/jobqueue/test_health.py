@@ -61,7 +61,9 @@ def fixture_data():
         host="h",
         pid=1,
         started_at=ago(hours=1),
-        last_heartbeat_at=ago(seconds=5),
+        # From the real clock, not NOW (taken at import): /metrics and queuehealth judge by
+        # the real clock, and a loaded machine can take minutes to reach these tests.
+        last_heartbeat_at=timezone.now() - timedelta(seconds=5),
         current_job_ids=[1],
     )
     WorkerRecord.objects.create(
