@@ -173,11 +173,12 @@ def test_rate_limit_waits_the_servers_retry_after(relay, clock):
 def test_read_timeout_and_refused_connection_are_transient(settings, hook_server, clock):
     config = outbox_config(hook_server.url)
     config["DESTINATIONS"]["hooks"]["read_timeout"] = 0.2
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 2
     config["DESTINATIONS"]["down"] = {"url": "http://127.0.0.1:9/", "secret": "s"}
     config["ROUTES"]["down.*"] = "webhook:down"
     settings.OUTBOX = config
     relay = Relay(relay_id="test-relay", clock=clock)
-    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(2)]
+    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(4)]
     refused = [outbox.publish("down.sent", {"n": n}) for n in range(2)]
     relay.step()
     for message_id, error in [(slow[0], "TimeoutError"), (refused[0], "ConnectionRefusedError")]:
@@ -185,11 +186,25 @@ def test_read_timeout_and_refused_connection_are_transient(settings, hook_server
         assert row.state == OutboxState.PENDING and row.attempts == 1
         assert row.errors[0]["exception_class_path"] == "jobqueue.publishers.Unavailable"
         assert error in row.errors[0]["message"]
-    # An unreachable destination fails the rest of its batch with the same error at once,
-    # instead of waiting out a timeout per message: the second slow one was never sent.
-    for first, second in (slow, refused):
-        assert state(second).errors[0]["message"] == state(first).errors[0]["message"]
-    assert hook_server.ids() == [slow[0]]
+    # An unreachable destination fails the unsent rest of its batch with the same error at once,
+    # instead of waiting out a timeout per message: the two on the wire (concurrency 2) each
+    # timed out, the other two were never sent.
+    for first, *rest in (slow, refused):
+        for message_id in rest:
+            assert state(message_id).errors[0]["message"] == state(first).errors[0]["message"]
+    assert sorted(hook_server.ids(), key=int) == slow[:2]
+
+
+def test_a_webhook_concurrency_that_is_not_a_bounded_integer_dead_letters_with_the_reason(
+    settings, relay
+):
+    config = outbox_config("http://127.0.0.1:9/")
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 0
+    settings.OUTBOX = config
+    message_id = outbox.publish("hook.sent", {"n": 1})
+    relay.step()
+    assert state(message_id).state == OutboxState.DEAD
+    assert "concurrency must be an integer from 1 to 512, not 0" in DeadLetter.objects.get().last_error
 
 
 def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server):
