@@ -460,6 +460,8 @@ class RabbitMQPublisher(Publisher):
             return
         if isinstance(reason, exceptions.ChannelClosedByBroker) and reason.reply_code == 404:
             failure = Rejected(f"rabbitmq {self.name}: {reason.reply_text}")  # no such exchange
+        elif isinstance(reason, exceptions.ConnectionClosed):  # the channel went with it
+            failure = Unavailable(f"rabbitmq {self.name}: connection closed: {_reason(reason)}")
         else:
             failure = Unavailable(f"rabbitmq {self.name}: channel closed: {_reason(reason)}")
         self._lost(_down(failure))
