@@ -254,9 +254,7 @@ def test_a_nack_retries_only_the_messages_the_broker_refused(settings, broker, c
 
         clock.advance(60)  # past the retry's backoff
         assert relay.step() == 2  # only the two nacked ones, under their own ids
-        assert set(OutboxMessage.objects.values_list("state", flat=True)) == {
-            OutboxState.PUBLISHED
-        }
+        assert set(OutboxMessage.objects.values_list("state", flat=True)) == {OutboxState.PUBLISHED}
         assert [message_id for message_id, _ in drain(broker, queue)] == ids[3:]
     finally:
         broker.queue_delete(queue)
