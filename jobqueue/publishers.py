@@ -355,9 +355,11 @@ class RabbitMQPublisher(Publisher):
         self.parameters.socket_timeout = self.timeout
         self.parameters.blocked_connection_timeout = self.timeout
         self.parameters.connection_attempts = 1
-        # Shown by `rabbitmqctl list_connections client_properties` and the management UI.
+        # Shown by `rabbitmqctl list_connections client_properties` and the management UI,
+        # unless the url's client_properties name the connection already.
         self.parameters.client_properties = {
-            "connection_name": f"redrive outbox {name} pid {os.getpid()}"
+            "connection_name": f"redrive outbox {name} pid {os.getpid()}",
+            **(self.parameters.client_properties or {}),
         }
         self.exchange = config.get("exchange", "")
         self.routing_key = config.get("routing_key", "{topic}")
