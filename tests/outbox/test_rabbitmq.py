@@ -358,3 +358,15 @@ def test_a_connection_the_broker_closed_while_the_relay_idled_is_reopened_before
     row = OutboxMessage.objects.get(pk=second)
     assert (row.state, row.attempts, row.errors) == (OutboxState.PUBLISHED, 1, [])
     assert [message_id for message_id, _ in drain(broker, queue_name)] == [first, second]
+
+
+def test_the_connection_is_named_for_operators_unless_the_url_names_it():
+    """`rabbitmqctl list_connections client_properties` tells which relay holds a connection."""
+    ours = RabbitMQPublisher("events", {"url": AMQP_URL})
+    assert ours.parameters.client_properties["connection_name"] == (
+        f"redrive outbox events pid {os.getpid()}"
+    )
+    named = RabbitMQPublisher(
+        "events", {"url": "amqp://127.0.0.1/?client_properties={'connection_name':'billing'}"}
+    )
+    assert named.parameters.client_properties["connection_name"] == "billing"
