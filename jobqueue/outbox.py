@@ -28,12 +28,14 @@ REDRIVE_OUTBOX environment variable):
                 "connect_timeout": 3.0,       # seconds (or "timeout" for both)
                 "read_timeout": 10.0,
                 "headers": {},                # extra request headers
+                "concurrency": 8,             # requests in flight at once (1 to 512)
             },
             "events": {
                 "url": "amqp://guest:guest@127.0.0.1:5672/%2F",
                 "exchange": "events",         # "" is the default exchange
                 "routing_key": "{topic}",     # format fields: topic, key, message_id
                 "mandatory": True,            # unroutable → transient failure, not silent loss
+                "timeout": 10.0,              # seconds to connect, and for a batch's confirms
             },
         },
         # topic pattern -> task paths; each subscribed task gets one job per message, called
@@ -58,8 +60,9 @@ goes to one destination; `jobs` fans out to many tasks. What each destination se
   `sha256=<hex HMAC-SHA256 of the exact body bytes with the secret>`. 2xx is success; 5xx,
   408, 429 (after its Retry-After), timeouts and connection errors retry; other 4xx are
   permanent.
-- rabbitmq: publisher confirms on; message_id = the message id, delivery_mode 2 (persistent),
-  content_type application/json, type = topic, headers {"key": …}.
+- rabbitmq: publisher confirms on, a batch published whole before its confirms are awaited;
+  message_id = the message id, delivery_mode 2 (persistent), content_type application/json,
+  type = topic, headers {"key": …}.
 
 Failures retry with the jobs' backoff (jobqueue.backoff.retry_delay); permanent ones (4xx,
 unknown route, no subscribers) and exhausted ones become dead letters with task path

@@ -12,14 +12,18 @@ import hashlib
 import hmac
 import http.client
 import logging
+import os
 import ssl
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from jobqueue import store
 from jobqueue.errors import PermanentError, RateLimited, TransientError
+from jobqueue.listener import FaultPoints
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import setting, subscribers_for
 
@@ -47,9 +51,9 @@ class Publisher:
     # marks the messages published, so a lost lease or a crash leaves no effect at all.
     transactional = False
     max_attempts: int | None = None
-    # Set when the last failure was the connection itself (refused, timed out, dropped): the
-    # relay then fails the rest of the batch with it instead of waiting on each message.
-    down = False
+    # Set (≥ 1): the relay sends a batch's messages one post() each through executor(), a pool
+    # of this many threads; unset (0): it hands the whole batch to publish() at once.
+    concurrency = 0
 
     def publish(self, messages: Sequence[OutboxMessage]) -> dict[int, BaseException | None]:
         raise NotImplementedError
@@ -165,6 +169,10 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
 
 
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 512
+
+
 def timeouts(config: dict) -> tuple[float, float]:
     """A destination's (connect, read) timeouts: each defaults to "timeout", itself 10 s."""
     timeout = float(config.get("timeout", 10.0))
@@ -175,7 +183,12 @@ def timeouts(config: dict) -> tuple[float, float]:
 
 
 class WebhookPublisher(Publisher):
-    """POST each message's JSON payload, signed, over one kept-alive connection."""
+    """POST each message's JSON payload, signed; up to `concurrency` at once (default 8).
+
+    A batch holds at most one message per key (the claim's rule), so sending its messages side
+    by side never puts two of one key in flight. Each sending thread keeps its own kept-alive
+    connection (http.client connections are not thread-safe).
+    """
 
     def __init__(self, name: str, config: dict):
         if not config.get("url"):
@@ -191,10 +204,29 @@ class WebhookPublisher(Publisher):
         self.connect_timeout, self.read_timeout = timeouts(config)
         self.headers = dict(config.get("headers", {}))
         self.max_attempts = config.get("max_attempts")
-        self._conn: http.client.HTTPConnection | None = None
+        concurrency = config.get("concurrency", DEFAULT_CONCURRENCY)
+        if type(concurrency) is not int or not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(
+                f"webhook destination {name!r}: concurrency must be an integer from 1 to "
+                f"{MAX_CONCURRENCY}, not {concurrency!r}"
+            )
+        self.concurrency = concurrency
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: set[http.client.HTTPConnection] = set()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def executor(self) -> ThreadPoolExecutor:
+        """The bounded pool the relay submits this destination's sends to (made on first use)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.concurrency, thread_name_prefix=f"webhook-{self.name}"
+            )
+        return self._pool
 
     def _connect(self) -> http.client.HTTPConnection:
-        if self._conn is None:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
             host, port = self.url.hostname, self.url.port
             if self.url.scheme == "https":
                 conn = http.client.HTTPSConnection(
@@ -206,18 +238,37 @@ class WebhookPublisher(Publisher):
             # The connect timeout bounded the handshake; the read timeout bounds each wait for
             # the server from here on.
             conn.sock.settimeout(self.read_timeout)
-            self._conn = conn
-        return self._conn
+            self._local.conn = conn
+            with self._lock:
+                self._connections.add(conn)
+        return conn
+
+    def _drop(self):
+        """Close this thread's connection (after an error or a server's Connection: close)."""
+        conn, self._local.conn = getattr(self._local, "conn", None), None
+        if conn is not None:
+            conn.close()
+            with self._lock:
+                self._connections.discard(conn)
 
     def close(self):
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Called by the relay with no send in flight: stop the pool, close every connection."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        with self._lock:
+            conns, self._connections = self._connections, set()
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
 
     def publish(self, messages):
+        """Sequentially, in this thread (the relay itself sends through executor())."""
         return {m.pk: self.post(m) for m in messages}
 
     def post(self, message: OutboxMessage) -> BaseException | None:
+        """Send one message; thread-safe. A failure of the connection itself comes back marked
+        `down` (see destination_down) so the relay fails the unsent rest of the batch at once."""
         body = store.dumps(message.payload).encode()
         headers = {
             **self.headers,
@@ -229,28 +280,25 @@ class WebhookPublisher(Publisher):
         }
         if message.key is not None:
             headers["X-Redrive-Key"] = message.key
-        self.down = False
         for fresh in (False, True):
-            reused = self._conn is not None
+            reused = getattr(self._local, "conn", None) is not None
             try:
                 conn = self._connect()
                 conn.request("POST", self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 response.read()
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected) as exc:
-                self.close()
+                self._drop()
                 # A kept-alive connection the server closed while idle: one fresh try, not a
                 # failed attempt. (A POST may repeat; the Idempotency-Key covers that.)
                 if reused and not fresh:
                     continue
-                self.down = True
-                return Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}")
+                return _down(Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}"))
             except (OSError, http.client.HTTPException) as exc:  # timeouts are OSError
-                self.close()
-                self.down = True
-                return Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}")
+                self._drop()
+                return _down(Unavailable(f"webhook {self.name}: {type(exc).__name__}: {exc}"))
             if response.will_close:
-                self.close()
+                self._drop()
             return self._outcome(response)
         raise AssertionError("unreachable")
 
@@ -267,95 +315,264 @@ class WebhookPublisher(Publisher):
         return Rejected(text)  # 3xx (not followed) and the other 4xx
 
 
+def _down(exc: BaseException) -> BaseException:
+    exc.destination_down = True
+    return exc
+
+
+def destination_down(outcome: BaseException | None) -> bool:
+    """The failure was the connection itself (refused, timed out, dropped), not this message."""
+    return getattr(outcome, "destination_down", False)
+
+
 # --- RabbitMQ -----------------------------------------------------------------------------
+
+# Crash drill inside the broker publisher (REDRIVE_PUBLISHER_FAULT=confirm_received): SIGKILL
+# when a batch's first confirm arrives, so the broker holds messages the relay never marked.
+fault_point = FaultPoints("REDRIVE_PUBLISHER_FAULT", {"confirm_received"}, "relay")
 
 
 class RabbitMQPublisher(Publisher):
-    """Publish with confirms: basic_publish returns only once the broker has the message."""
+    """Publish a whole batch, then wait for the broker's confirms (pipelined, not one by one).
+
+    pika's SelectConnection, driven from the relay's thread only while a batch is out: every
+    message gets a delivery tag, Basic.Ack/Nack (possibly `multiple`) settle the tags, a
+    Basic.Return (mandatory, unroutable) makes its message fail. Exactly the acknowledged
+    messages come back as published; nacked, returned, timed-out and connection-lost ones come
+    back as failures, so the relay retries only those, under the same message id.
+    """
 
     def __init__(self, name: str, config: dict):
         if not config.get("url"):
             raise ValueError(f"rabbitmq destination {name!r} has no url")
         import pika
+        from pika.adapters.select_connection import IOLoop
 
         self.pika = pika
         self.name = name
         self.parameters = pika.URLParameters(config["url"])
-        timeout = float(config.get("timeout", 10.0))
-        self.parameters.socket_timeout = timeout
-        self.parameters.blocked_connection_timeout = timeout
+        self.timeout = float(config.get("timeout", 10.0))
+        self.parameters.socket_timeout = self.timeout
+        self.parameters.blocked_connection_timeout = self.timeout
         self.parameters.connection_attempts = 1
+        # Shown by `rabbitmqctl list_connections client_properties` and the management UI,
+        # unless the url's client_properties name the connection already.
+        self.parameters.client_properties = {
+            "connection_name": f"redrive outbox {name} pid {os.getpid()}",
+            **(self.parameters.client_properties or {}),
+        }
         self.exchange = config.get("exchange", "")
         self.routing_key = config.get("routing_key", "{topic}")
         self.mandatory = bool(config.get("mandatory", True))
         self.max_attempts = config.get("max_attempts")
+        self._ioloop = IOLoop()
         self._connection = None
         self._channel = None
+        self._opening = None
+        self._failure: BaseException | None = None
+        self._done: Callable[[], bool] | None = None
+        self._reset_batch()
 
-    def _open_channel(self):
-        if self._channel is None or not self._channel.is_open:
+    def _reset_batch(self):
+        self._unconfirmed: dict[int, OutboxMessage] = {}  # delivery tag → message, in tag order
+        self._outcomes: dict[int, BaseException | None] = {}
+        self._returned: dict[str, str] = {}  # message id → routing key the broker returned
+        self._confirmed_any = False
+
+    # --- driving the I/O loop ------------------------------------------------------------
+
+    def _run_until(self, done: Callable[[], bool], deadline: float) -> bool:
+        """Run the I/O loop until done() or the deadline; True if done."""
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._done = done
+            timer = self._ioloop.call_later(remaining, self._ioloop.stop)
+            try:
+                self._ioloop.start()
+            finally:
+                self._done = None
+                self._ioloop.remove_timeout(timer)
+        return True
+
+    def _poke(self):
+        if self._done is not None and self._done():
+            self._ioloop.stop()
+
+    def _drain(self):
+        """One pass of the loop: notice a connection the broker closed while the relay idled
+        (the loop, and so heartbeats, run only while a batch is out)."""
+        timer = self._ioloop.call_later(0, self._ioloop.stop)
+        try:
+            self._ioloop.start()
+        finally:
+            self._ioloop.remove_timeout(timer)
+
+    # --- connection ----------------------------------------------------------------------
+
+    def _open(self, deadline: float):
+        if self._channel is not None:
+            self._drain()
+            if self._channel is not None:
+                return self._channel
+        self.close()
+        self._failure = None
+        self._connection = self.pika.SelectConnection(
+            self.parameters,
+            on_open_callback=self._on_connection_open,
+            on_open_error_callback=self._on_connection_open_error,
+            on_close_callback=self._on_connection_closed,
+            custom_ioloop=self._ioloop,
+        )
+        if not self._run_until(lambda: self._channel is not None or self._failure, deadline):
             self.close()
-            self._connection = self.pika.BlockingConnection(self.parameters)
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
+            raise _down(Unavailable(f"rabbitmq {self.name}: no connection within the timeout"))
+        if self._channel is None:
+            raise self._failure
         return self._channel
 
+    def _on_connection_open(self, connection):
+        connection.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel):
+        self._opening = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_return_callback(self._on_return)
+        channel.confirm_delivery(self._on_confirm, callback=self._on_confirm_select)
+
+    def _on_confirm_select(self, _frame):
+        self._channel, self._opening = self._opening, None
+        self._next_tag = 0
+        self._poke()
+
+    def _on_connection_open_error(self, _connection, error):
+        self._connection = None
+        self._lost(_down(Unavailable(f"rabbitmq {self.name}: {type(error).__name__}: {error}")))
+
+    def _on_connection_closed(self, _connection, reason):
+        self._connection = None
+        self._lost(
+            _down(Unavailable(f"rabbitmq {self.name}: connection closed: {_reason(reason)}"))
+        )
+
+    def _on_channel_closed(self, _channel, reason):
+        exceptions = self.pika.exceptions
+        if isinstance(reason, exceptions.ChannelClosedByClient):
+            return
+        if isinstance(reason, exceptions.ChannelClosedByBroker) and reason.reply_code == 404:
+            failure = Rejected(f"rabbitmq {self.name}: {reason.reply_text}")  # no such exchange
+        elif isinstance(reason, exceptions.ConnectionClosed):  # the channel went with it
+            failure = Unavailable(f"rabbitmq {self.name}: connection closed: {_reason(reason)}")
+        else:
+            failure = Unavailable(f"rabbitmq {self.name}: channel closed: {_reason(reason)}")
+        self._lost(_down(failure))
+        # A fresh channel comes with a fresh connection on the next batch.
+        if self._connection is not None and self._connection.is_open:
+            self._connection.close()
+
+    def _lost(self, failure: BaseException):
+        """The connection or channel is gone: every message it had not confirmed fails."""
+        self._failure = failure
+        self._channel = self._opening = None
+        for message in self._unconfirmed.values():
+            self._outcomes[message.pk] = failure
+        self._unconfirmed.clear()
+        self._poke()
+
     def close(self):
-        connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
+        connection, self._connection, self._channel, self._opening = (
+            self._connection,
+            None,
+            None,
+            None,
+        )
+        if connection is not None and not (connection.is_closed or connection.is_closing):
             try:
                 connection.close()
+                # Let the close handshake out (bounded) so the broker does not log an abrupt end.
+                self._run_until(lambda: connection.is_closed, time.monotonic() + 1.0)
             except Exception as exc:  # noqa: BLE001 - closing a broken connection may fail too
                 logger.debug("event=rabbitmq_close_failed error=%s", exc)
 
-    def publish(self, messages):
-        outcomes: dict[int, BaseException | None] = {}
-        self.down = False
-        failure: BaseException | None = None
-        for message in messages:
-            if self.down:
-                outcomes[message.pk] = failure
-                continue
-            outcomes[message.pk] = failure = self._publish_one(message)
-            self.down = failure is not None and self._channel is None
-        return outcomes
+    # --- confirms ------------------------------------------------------------------------
 
-    def _publish_one(self, message) -> BaseException | None:
+    def _on_return(self, _channel, method, properties, _body):
+        self._returned[properties.message_id] = method.routing_key
+
+    def _on_confirm(self, frame):
+        if not self._confirmed_any:
+            self._confirmed_any = True
+            fault_point("confirm_received")
+        method = frame.method
+        acked = isinstance(method, self.pika.spec.Basic.Ack)
+        tag = method.delivery_tag
+        if method.multiple:  # every tag up to this one
+            while self._unconfirmed:
+                first = next(iter(self._unconfirmed))
+                if first > tag:
+                    break
+                self._settle(self._unconfirmed.pop(first), acked)
+        elif (message := self._unconfirmed.pop(tag, None)) is not None:
+            self._settle(message, acked)
+        self._poke()
+
+    def _settle(self, message: OutboxMessage, acked: bool):
+        if not acked:
+            outcome = Unavailable(f"rabbitmq {self.name}: the broker nacked the message")
+        elif message.message_id in self._returned:
+            outcome = Unavailable(
+                f"rabbitmq {self.name}: no queue bound for exchange {self.exchange!r} "
+                f"routing key {self._returned[message.message_id]!r}"
+            )
+        else:
+            outcome = None
+        self._outcomes[message.pk] = outcome
+
+    # --- publishing ----------------------------------------------------------------------
+
+    def publish(self, messages):
         pika = self.pika
-        properties = pika.BasicProperties(
-            message_id=message.message_id,
-            delivery_mode=pika.DeliveryMode.Persistent,
-            content_type="application/json",
-            type=message.topic,
-            headers={"key": message.key} if message.key is not None else None,
-        )
-        routing_key = self.routing_key.format(
-            topic=message.topic, key=message.key or "", message_id=message.message_id
-        )
+        # Formatted first: a bad routing_key template is a bug recorded on every message,
+        # before anything is sent.
+        routing_keys = [
+            self.routing_key.format(topic=m.topic, key=m.key or "", message_id=m.message_id)
+            for m in messages
+        ]
+        self._reset_batch()
         try:
-            self._open_channel().basic_publish(
+            channel = self._open(time.monotonic() + self.timeout)
+        except (Unavailable, Rejected) as exc:
+            return {m.pk: exc for m in messages}
+        for message, routing_key in zip(messages, routing_keys, strict=True):
+            channel.basic_publish(
                 self.exchange,
                 routing_key,
                 store.dumps(message.payload).encode(),
-                properties=properties,
+                properties=pika.BasicProperties(
+                    message_id=message.message_id,
+                    delivery_mode=pika.DeliveryMode.Persistent,
+                    content_type="application/json",
+                    type=message.topic,
+                    headers={"key": message.key} if message.key is not None else None,
+                ),
                 mandatory=self.mandatory,
             )
-        except pika.exceptions.UnroutableError:
-            return Unavailable(
-                f"rabbitmq {self.name}: no queue bound for exchange {self.exchange!r} "
-                f"routing key {routing_key!r}"
+            self._next_tag += 1
+            self._unconfirmed[self._next_tag] = message
+        if not self._run_until(lambda: not self._unconfirmed, time.monotonic() + self.timeout):
+            # Confirms for these may still come, but on a connection we no longer trust to
+            # number them: drop it, and the relay retries them under the same message id.
+            self._lost(
+                _down(Unavailable(f"rabbitmq {self.name}: no confirm within {self.timeout}s"))
             )
-        except pika.exceptions.NackError:
-            return Unavailable(f"rabbitmq {self.name}: the broker nacked the message")
-        except pika.exceptions.ChannelClosedByBroker as exc:
             self.close()
-            if exc.reply_code == 404:  # no such exchange: a configuration error
-                return Rejected(f"rabbitmq {self.name}: {exc.reply_text}")
-            return Unavailable(f"rabbitmq {self.name}: channel closed: {exc.reply_text}")
-        except (pika.exceptions.AMQPError, OSError) as exc:
-            self.close()
-            return Unavailable(f"rabbitmq {self.name}: {type(exc).__name__}: {exc}")
-        return None
+        outcomes, self._outcomes = self._outcomes, {}
+        return {m.pk: outcomes[m.pk] for m in messages}
+
+
+def _reason(reason) -> str:
+    return f"{type(reason).__name__}: {reason}"
 
 
 # --- routing ------------------------------------------------------------------------------

@@ -7,13 +7,18 @@
 A crash between publish and mark republishes the message after its lease expires, with the same
 message id: delivery is at least once and consumers deduplicate on the id. The `jobs`
 destination writes to this database, so it publishes and marks in one transaction instead.
+Network destinations get a batch at once: RabbitMQ publishes it whole and then waits for the
+broker's confirms, webhooks go out through a bounded pool of senders; either way exactly the
+messages the destination took are marked, the rest retried (a batch holds at most one message
+per key, so sending its messages side by side keeps each key's order).
 
 Several relays may run at once (SKIP LOCKED / SQLite's write lock keep their claims apart; the
 claim's per-key rule keeps a key's messages one at a time, in id order). On PostgreSQL a
 LISTEN connection wakes the relay when a message commits; polling covers everything else.
 
-Stopping: SIGTERM/SIGINT (runrelay) or stop() finishes the message being published, hands the
-rest of the batch back (attempt not counted) and exits; a second signal exits at once.
+Stopping: SIGTERM/SIGINT (runrelay) or stop() finishes the messages on the wire (a webhook's
+in-flight sends, a broker batch awaiting its confirms), hands the rest of the batch back (attempt
+not counted) and exits; a second signal exits at once.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import logging
 import threading
 import time
 import traceback as tb
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -191,8 +198,10 @@ class Relay(Loop):
             group = self._bury_exhausted(group, publisher)
             if publisher.transactional:
                 self._publish_in_transaction(publisher, spec, group)
+            elif publisher.concurrency:
+                self._publish_concurrently(publisher, spec, group)
             else:
-                self._publish_one_by_one(publisher, spec, group)
+                self._publish_batch(publisher, spec, group)
         return len(messages)
 
     def _publisher(self, spec: str | None) -> publishers.Publisher:
@@ -238,43 +247,76 @@ class Relay(Loop):
             if message.pk in failed:
                 self._settle_failure(message, failed[message.pk], "", publisher)
 
-    def _publish_one_by_one(self, publisher, spec, group):
-        """Network destinations: no transaction is open while a message is on the wire."""
-        pending = list(group)
-        succeeded: list[OutboxMessage] = []
-        last_mark = time.monotonic()
-        while pending:
-            if self.stopping:
-                self._mark(succeeded, spec)
-                self._release(pending)
-                return
-            pending = self._keep_leases(pending)
-            if not pending:
-                break
-            message = pending.pop(0)
-            outcome, formatted = self._attempt(publisher, message)
-            if outcome is None:
-                succeeded.append(message)
-                if time.monotonic() - last_mark >= self.mark_interval:
-                    self._mark(succeeded, spec)
-                    succeeded, last_mark = [], time.monotonic()
-                continue
-            self._settle_failure(message, outcome, formatted, publisher)
-            if publisher.down:
-                # The destination itself is unreachable: the rest of the batch fails with the
-                # same error now, rather than each waiting out a connect or read timeout.
-                for rest in pending:
-                    self._settle_failure(rest, outcome, formatted, publisher)
-                pending = []
-        self._mark(succeeded, spec)
-
-    def _attempt(self, publisher, message) -> tuple[BaseException | None, str]:
-        """One publish; a publisher's own bug is recorded on the message like any failure."""
+    def _publish_batch(self, publisher, spec, group):
+        """Network destinations that take a whole batch (RabbitMQ pipelines it and waits for
+        the broker's confirms): exactly the messages reported delivered are marked published,
+        the others are retried or dead-lettered. No transaction is open meanwhile."""
+        group = self._keep_leases(group) if group else []
+        if not group:
+            return
         try:
-            return publisher.publish([message])[message.pk], ""
+            outcomes = publisher.publish(group)
+            failures = {m.pk: (outcomes[m.pk], "") for m in group if outcomes[m.pk] is not None}
         except Exception as exc:  # noqa: BLE001 - recorded and retried, never silent
             publisher.close()
-            return exc, "".join(tb.format_exception(exc))
+            formatted = "".join(tb.format_exception(exc))
+            failures = {m.pk: (exc, formatted) for m in group}
+        self._mark([m for m in group if m.pk not in failures], spec)
+        for message in group:
+            if message.pk in failures:
+                self._settle_failure(message, *failures[message.pk], publisher)
+
+    def _publish_concurrently(self, publisher, spec, group):
+        """Webhooks: up to publisher.concurrency messages on the wire at once. The claim gives a
+        batch at most one message per key, so no key ever has two in flight. Only this thread
+        touches the database: it keeps the leases, marks and records outcomes as sends finish."""
+        pool = publisher.executor()
+        pending = deque(group)
+        running: dict[Future, OutboxMessage] = {}
+        succeeded: list[OutboxMessage] = []
+        last_mark = time.monotonic()
+        down: tuple[BaseException, str] | None = None
+        half_lease = timedelta(seconds=self.lease_seconds / 2)
+        while pending or running:
+            if not self.stopping and down is None and pending:
+                if pending[0].locked_until - self.clock() <= half_lease:
+                    kept = {m.pk for m in self._keep_leases([*pending, *running.values()])}
+                    pending = deque(m for m in pending if m.pk in kept)
+                while pending and len(running) < publisher.concurrency:
+                    message = pending.popleft()
+                    running[pool.submit(publisher.post, message)] = message
+            if not running:
+                break
+            # Wake at least every quarter lease to keep the leases of the messages still out.
+            finished, _ = wait(running, timeout=self.lease_seconds / 4, return_when=FIRST_COMPLETED)
+            for future in finished:
+                message = running.pop(future)
+                outcome, formatted = self._outcome_of(future)
+                if outcome is None:
+                    succeeded.append(message)
+                    continue
+                self._settle_failure(message, outcome, formatted, publisher)
+                if down is None and publishers.destination_down(outcome):
+                    # The destination itself is unreachable: the unsent rest of the batch fails
+                    # with the same error now, rather than each waiting out a timeout.
+                    down = (outcome, formatted)
+            if down is not None:
+                for rest in pending:
+                    self._settle_failure(rest, *down, publisher)
+                pending.clear()
+            if succeeded and time.monotonic() - last_mark >= self.mark_interval:
+                self._mark(succeeded, spec)
+                succeeded, last_mark = [], time.monotonic()
+        self._mark(succeeded, spec)
+        if pending:
+            self._release(list(pending))
+
+    def _outcome_of(self, future) -> tuple[BaseException | None, str]:
+        """A send's outcome; a publisher's own bug is recorded on the message like any failure."""
+        exc = future.exception()
+        if exc is None:
+            return future.result(), ""
+        return exc, "".join(tb.format_exception(exc))
 
     def _warn_of_slow_destinations(self):
         """Leases are extended between messages, not during one: a destination whose timeouts

@@ -7,10 +7,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from tests.conftest import Processes
 
@@ -27,19 +29,38 @@ class Received:
     idempotency_key: str
 
 
+class Clock:
+    """The relay's clock, a minute ahead of the wall clock that stamps published rows."""
+
+    def __init__(self):
+        self.now = timezone.now() + timedelta(minutes=1)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
 @dataclass
 class HookServer:
     """A webhook receiver on 127.0.0.1 in a thread: records every request it answers.
 
     A payload may steer the answer: {"status": 400}, {"status": 429, "retry_after": "120"},
     {"delay": 1.0} (seconds before answering). `overlaps` lists message ids or keys that had
-    two requests in flight at once.
+    two requests in flight at once; `most_at_once` is the most requests it ever had in flight.
     """
 
     received: list[Received] = field(default_factory=list)
     overlaps: list[str] = field(default_factory=list)
     delay: float = 0.0
     in_flight: Counter = field(default_factory=Counter)
+    most_at_once: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self):
@@ -54,12 +75,13 @@ class HookServer:
                 expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
                 message_id = self.headers["X-Redrive-Message-Id"]
                 key = self.headers.get("X-Redrive-Key")
-                flights = [f"id:{message_id}"] + ([f"key:{key}"] if key else [])
+                flights = ["all", f"id:{message_id}"] + ([f"key:{key}"] if key else [])
                 with server.lock:
                     for flight in flights:
                         server.in_flight[flight] += 1
-                        if server.in_flight[flight] > 1:
+                        if server.in_flight[flight] > 1 and flight != "all":
                             server.overlaps.append(flight)
+                    server.most_at_once = max(server.most_at_once, server.in_flight["all"])
                     server.received.append(
                         Received(
                             message_id=message_id,

@@ -17,24 +17,6 @@ from tests.outbox.conftest import outbox_config
 pytestmark = pytest.mark.django_db
 
 
-class Clock:
-    """The relay's clock, a minute ahead of the wall clock that stamps published rows."""
-
-    def __init__(self):
-        self.now = timezone.now() + timedelta(minutes=1)
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
 @pytest.fixture
 def relay(settings, hook_server, clock):
     settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": outbox_config(hook_server.url)}
@@ -173,11 +155,12 @@ def test_rate_limit_waits_the_servers_retry_after(relay, clock):
 def test_read_timeout_and_refused_connection_are_transient(settings, hook_server, clock):
     config = outbox_config(hook_server.url)
     config["DESTINATIONS"]["hooks"]["read_timeout"] = 0.2
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 2
     config["DESTINATIONS"]["down"] = {"url": "http://127.0.0.1:9/", "secret": "s"}
     config["ROUTES"]["down.*"] = "webhook:down"
     settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
     relay = Relay(relay_id="test-relay", clock=clock)
-    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(2)]
+    slow = [outbox.publish("hook.slow", {"delay": 1.0}) for _ in range(4)]
     refused = [outbox.publish("down.sent", {"n": n}) for n in range(2)]
     relay.step()
     for message_id, error in [(slow[0], "TimeoutError"), (refused[0], "ConnectionRefusedError")]:
@@ -185,11 +168,26 @@ def test_read_timeout_and_refused_connection_are_transient(settings, hook_server
         assert row.state == OutboxState.PENDING and row.attempts == 1
         assert row.errors[0]["exception_class_path"] == "jobqueue.publishers.Unavailable"
         assert error in row.errors[0]["message"]
-    # An unreachable destination fails the rest of its batch with the same error at once,
-    # instead of waiting out a timeout per message: the second slow one was never sent.
-    for first, second in (slow, refused):
-        assert state(second).errors[0]["message"] == state(first).errors[0]["message"]
-    assert hook_server.ids() == [slow[0]]
+    # An unreachable destination fails the unsent rest of its batch with the same error at once,
+    # instead of waiting out a timeout per message: the two on the wire (concurrency 2) each
+    # timed out, the other two were never sent.
+    for first, *rest in (slow, refused):
+        for message_id in rest:
+            assert state(message_id).errors[0]["message"] == state(first).errors[0]["message"]
+    assert sorted(hook_server.ids(), key=int) == slow[:2]
+
+
+def test_a_webhook_concurrency_that_is_not_a_bounded_integer_dead_letters_with_the_reason(
+    settings, relay
+):
+    config = outbox_config("http://127.0.0.1:9/")
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 0
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
+    message_id = outbox.publish("hook.sent", {"n": 1})
+    relay.step()
+    assert state(message_id).state == OutboxState.DEAD
+    reason = "concurrency must be an integer from 1 to 512, not 0"
+    assert reason in DeadLetter.objects.get().last_error
 
 
 def test_replayed_dead_letter_is_republished_with_the_same_id(relay, hook_server):
@@ -322,3 +320,45 @@ def test_a_destination_slower_than_half_the_lease_is_flagged_at_start(settings, 
     assert "destination_slower_than_lease" not in caplog.text
     Relay(relay_id="tight", lease_seconds=10, burst=True).run()
     assert "destination_slower_than_lease relay=tight destination=hooks" in caplog.text
+
+
+def test_a_batchs_webhooks_go_out_side_by_side_bounded_by_the_destinations_concurrency(
+    settings, hook_server, clock
+):
+    config = outbox_config(hook_server.url)
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 4
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
+    hook_server.delay = 0.05  # a receiver that takes 50 ms per request
+    ids = [outbox.publish("hook.sent", {"n": n}, key=f"order:{n}") for n in range(20)]
+    assert Relay(relay_id="test-relay", batch_size=50, clock=clock).step() == 20
+    assert sorted(hook_server.ids(), key=int) == ids  # each delivered once
+    assert 1 < hook_server.most_at_once <= 4  # side by side, never more than the pool
+    assert hook_server.overlaps == []  # never two of one key (or one id) in flight
+    assert set(OutboxMessage.objects.values_list("state", flat=True)) == {OutboxState.PUBLISHED}
+
+
+def test_stopping_finishes_the_sends_in_flight_and_hands_back_the_unsent_rest(
+    settings, hook_server, transactional_db
+):
+    config = outbox_config(hook_server.url)
+    config["DESTINATIONS"]["hooks"]["concurrency"] = 2
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
+    hook_server.delay = 0.5
+    ids = [outbox.publish("hook.sent", {"n": n}) for n in range(6)]
+    relay = Relay(relay_id="stopping-relay", batch_size=10)
+    thread = run_in_thread(relay)
+    try:
+        wait_until(lambda: len(hook_server.ids()) == 2, message="two sends in flight")
+        relay.stop()
+        thread.join(timeout=30)
+    finally:
+        relay.stop()
+    assert not thread.is_alive()
+    sent = hook_server.ids()
+    assert sorted(sent, key=int) == ids[:2]  # nothing new went out once stopping
+    for message_id in ids:
+        row = state(message_id)
+        if message_id in sent:
+            assert row.state == OutboxState.PUBLISHED
+        else:  # handed back, the attempt not counted
+            assert (row.state, row.attempts) == (OutboxState.PENDING, 0)
