@@ -209,6 +209,8 @@ DEADLETTERS_REPLAY_BATCH_SIZE = int(os.environ.get("DEADLETTERS_REPLAY_BATCH_SIZ
 DEADLETTERS_MAX_REPLAYS = int(os.environ.get("DEADLETTERS_MAX_REPLAYS", 3))
 DEADLETTERS_REPLAY_RATE = float(os.environ.get("DEADLETTERS_REPLAY_RATE", 0))
 DEADLETTERS_QUEUE = os.environ.get("DEADLETTERS_QUEUE", "deadletters")
+# The zone the console shows times in (IANA name; default UTC).
+DEADLETTERS_TIME_ZONE = os.environ.get("DEADLETTERS_TIME_ZONE", "UTC")
 
 # Transactional outbox: routes, destinations, subscribers (jobqueue/outbox.py documents the shape).
 # REDRIVE_OUTBOX carries the same dict as JSON, so a deployment (or a test's relay processes) sets

@@ -1,5 +1,8 @@
 """The console's settings, each with its default (override with DEADLETTERS_* in settings)."""
 
+from datetime import UTC
+from zoneinfo import ZoneInfo
+
 from django.conf import settings
 
 DEFAULTS = {
@@ -40,11 +43,20 @@ DEFAULTS = {
     "STALL_SECONDS": 300,
     # Where dead letters come from: "jobqueue" (ours) and, with the bridge on, "django_q2".
     "SOURCES": ("jobqueue",),
+    # The zone the console shows times in (an IANA name such as "Europe/Paris"); every time
+    # is written `2026-11-30 14:49:17 UTC` in it, its abbreviation after the clock.
+    "TIME_ZONE": "UTC",
 }
 
 
 def get(name: str):
     return getattr(settings, f"DEADLETTERS_{name}", DEFAULTS[name])
+
+
+def zone():
+    """The zone the console shows times and reads filter days in (DEADLETTERS_TIME_ZONE)."""
+    name = get("TIME_ZONE")
+    return UTC if name == "UTC" else ZoneInfo(name)
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is

@@ -54,8 +54,21 @@ class IdListField(forms.Field):
 
 
 class DayField(forms.DateField):
+    """A day written YYYY-MM-DD, and only so. A text input, not `type="date"`: the browser
+    shows a date input in its own locale (mm/dd/yyyy in en-US), while everything else on the
+    console and in its URLs is ISO; the pattern lets the browser say what it wants."""
+
+    input_formats = ["%Y-%m-%d"]
     widget = forms.DateInput(
-        attrs={"type": "date", "min": FIRST_DAY.isoformat(), "max": LAST_DAY.isoformat()}
+        format="%Y-%m-%d",
+        attrs={
+            "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}",
+            "placeholder": "YYYY-MM-DD",
+            "title": "A day as YYYY-MM-DD",
+            "inputmode": "numeric",
+            "size": 10,
+            "maxlength": 10,
+        },
     )
 
     def validate(self, value):
@@ -195,7 +208,8 @@ def _day_start(day, plus_days=0):
     if day is None:
         return None
     moment = datetime.combine(day + timedelta(days=plus_days), time.min)
-    return timezone.make_aware(moment, timezone.get_current_timezone())
+    # The day as the console shows it: in the zone its times are written in.
+    return timezone.make_aware(moment, conf.zone())
 
 
 class ConfirmForm(forms.Form):

@@ -382,8 +382,14 @@ def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
     return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
 
 
-def run_items(run: ReplayRun, *, after: int | None = None, size: int = 100):
+def run_items(
+    run: ReplayRun, *, after: int | None = None, size: int = 100, through_batch: int | None = None
+):
+    """The run's ledger in order; with `through_batch`, only the rows of batches up to it (the
+    ones a run row read just before counts: each batch writes its rows and counts together)."""
     items = run.items.select_related("job").order_by("id")
+    if through_batch is not None:
+        items = items.filter(batch__lte=through_batch)
     if after:
         items = items.filter(pk__gt=after)
     rows = list(items[: size + 1])

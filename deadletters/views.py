@@ -240,6 +240,30 @@ def confirm(request, pk):
     return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
 
 
+def _run_context(request, run, *, after=None, notice=""):
+    """The run page's live part: the run read first, then only the ledger rows of the batches
+    it counts, so progress and ledger agree even while a batch commits between the reads."""
+    items, next_after = selectors.run_items(run, after=after, through_batch=run.batches)
+    if run.is_active:
+        poll_every = 1
+    elif any(item.job_outcome == "pending" for item in items):
+        # Ended, but jobs it made have not run yet: their outcomes still change.
+        poll_every = conf.get("OVERVIEW_POLL_SECONDS")
+    else:
+        poll_every = None
+    poll_url = reverse("deadletters:run", args=[run.pk])
+    return {
+        "run": run,
+        "items": items,
+        "next_after": next_after,
+        "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
+        "queue": conf.get("QUEUE"),
+        "notice": notice,
+        "poll_every": poll_every,
+        "poll_url": f"{poll_url}?after={after}" if after else poll_url,
+    }
+
+
 @require_GET
 @console_view
 def run_detail(request, pk):
@@ -247,15 +271,8 @@ def run_detail(request, pk):
     form = RunPageForm(request.GET)
     if not form.is_valid():
         return HttpResponseBadRequest(f"Invalid page: {refusal(form)}", content_type="text/plain")
-    items, next_after = selectors.run_items(run, after=form.cleaned_data["after"])
-    context = {
-        "run": run,
-        "items": items,
-        "next_after": next_after,
-        "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
-        "queue": conf.get("QUEUE"),
-    }
-    return render_page(request, "deadletters/run.html", "progress", context)
+    context = _run_context(request, run, after=form.cleaned_data["after"])
+    return render_page(request, "deadletters/run.html", "live", context)
 
 
 @require_POST
@@ -269,8 +286,9 @@ def run_control(request, pk, command):
     if not handler[command](run, operator=request.user):
         notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
     if request.htmx:  # the swapped partial carries the notice: no page load would show it
-        context = {"run": run, "can_control": True, "queue": conf.get("QUEUE"), "notice": notice}
-        return render(request, "deadletters/run.html#progress", context)
+        run.refresh_from_db()
+        context = _run_context(request, run, notice=notice)
+        return render(request, "deadletters/run.html#live", context)
     if notice:
         messages.warning(request, notice)
     return redirect("deadletters:run", pk=run.pk)

@@ -1,0 +1,177 @@
+"""How the console presents what it reads: times, the live run page, charts, error pages and
+the small wordings operators tripped over (issue 15)."""
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.checks import run_checks
+from django.test import RequestFactory
+from django.urls import reverse
+from django.utils import timezone
+
+from deadletters import services, views
+from deadletters.models import ReplayRun
+from deadletters.templatetags.console import relative, when
+from jobqueue.models import JobCounter, WorkerRecord
+from tests.factories import DeadLetterFactory
+
+pytestmark = pytest.mark.django_db
+
+LIST = reverse("deadletters:list")
+PREVIEW = reverse("deadletters:preview")
+STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [A-Z]{2,5}")
+TIME_ELEMENT = re.compile(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>')
+
+
+# --- time ---------------------------------------------------------------------------------
+
+
+def test_one_time_format_in_a_time_element_with_the_age_on_hover():
+    moment = datetime(2026, 11, 30, 14, 49, 17, 123456, tzinfo=UTC)
+    html = str(when(moment))
+    stamp, title, text = TIME_ELEMENT.fullmatch(html).groups()
+    assert text == "2026-11-30 14:49:17 UTC"  # no microseconds, the zone named
+    assert stamp == "2026-11-30T14:49:17.123456Z"
+    assert title.endswith(" ago")
+    beside = str(when(moment, "beside"))
+    assert beside.startswith(html) and re.search(r'<span class="ago">\(.+ ago\)</span>$', beside)
+    # Attempt records keep their times as ISO text with an offset: shown the same way.
+    assert TIME_ELEMENT.fullmatch(str(when("2026-11-30T15:49:17+01:00"))).group(3) == (
+        "2026-11-30 14:49:17 UTC"
+    )
+    assert when(None) == "—"
+
+
+def test_times_follow_the_consoles_zone_setting(settings):
+    settings.DEADLETTERS_TIME_ZONE = "Europe/Paris"
+    moment = datetime(2026, 11, 30, 14, 49, 17, tzinfo=UTC)
+    assert when(moment, "plain") == "2026-11-30 15:49:17 CET"
+    assert 'datetime="2026-11-30T14:49:17Z"' in str(when(moment))
+
+
+def test_an_unknown_zone_stops_manage_py(settings):
+    settings.DEADLETTERS_TIME_ZONE = "Mars/Olympus"
+    assert "redrive.E021" in [e.id for e in run_checks()]
+
+
+def test_relative_ages_never_say_zero_minutes():
+    now = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
+    assert relative(now - timedelta(seconds=2), now) == "just now"
+    assert relative(now - timedelta(seconds=42), now) == "42 s ago"
+    assert relative(now - timedelta(minutes=3, seconds=5), now) == "3 min ago"
+    assert relative(now - timedelta(hours=2, minutes=5), now) == "2 h 5 min ago"
+    assert relative(now - timedelta(days=3, hours=4), now) == "3 d 4 h ago"
+    assert relative(now + timedelta(minutes=5), now) == "in 5 min"
+
+
+def test_every_page_writes_times_one_way(operator_client):
+    now = timezone.now()
+    letter = DeadLetterFactory(discarded=True)
+    pending = DeadLetterFactory()
+    confirm = operator_client.post(PREVIEW, {"action": "replay", "ids": [pending.pk]})
+    run_url = operator_client.post(confirm["Location"], {"reason": "back"})["Location"]
+    DeadLetterFactory()  # one still pending, for the overview
+    WorkerRecord.objects.create(
+        worker_id="w:1", host="w", pid=1, started_at=now, last_heartbeat_at=now
+    )
+    JobCounter.objects.create(
+        minute=now.replace(second=0, microsecond=0),
+        queue_name="default",
+        task_path="t",
+        succeeded=1,
+        last_success_at=now,
+    )
+    pages = [
+        reverse("deadletters:health"),
+        reverse("deadletters:overview"),
+        LIST,
+        reverse("deadletters:detail", args=[letter.pk]),
+        reverse("deadletters:detail", args=[pending.pk]),
+        reverse("deadletters:audit"),
+        run_url,
+    ]
+    for url in pages:
+        html = operator_client.get(url).content.decode()
+        times = re.findall(r"<time[^>]*>[^<]*</time>", html)
+        assert times, url
+        for element in times:
+            match = TIME_ELEMENT.fullmatch(element)
+            assert match and STAMP.fullmatch(match.group(3)), (url, element)
+        visible = re.sub(r"<[^>]+>", " ", html)
+        assert "0 minutes ago" not in visible, url
+        # No raw ISO (with a T or an offset) nor microseconds outside the datetime attributes.
+        assert not re.search(r"\d{2}:\d{2}:\d{2}(\.\d+|[+-]\d{2}:\d{2})", visible), url
+
+
+def test_date_filters_are_iso_text_inputs_read_in_the_consoles_zone(viewer_client, settings):
+    html = viewer_client.get(LIST).content.decode()
+    since = re.search(r'<input[^>]*name="since"[^>]*>', html).group(0)
+    assert 'type="text"' in since and 'placeholder="YYYY-MM-DD"' in since
+    assert 'pattern="[0-9]{4}-[0-9]{2}-[0-9]{2}"' in since
+    # US order is not a second accepted spelling: it is named as an invalid filter.
+    refused = viewer_client.get(LIST, {"since": "11/30/2026"}).content.decode()
+    assert "Ignored invalid filter" in refused
+    # A day is the console zone's day: 23:30 UTC on the 29th is the 30th in Paris.
+    settings.DEADLETTERS_TIME_ZONE = "Europe/Paris"
+    DeadLetterFactory(dead_lettered_at=datetime(2026, 11, 29, 23, 30, tzinfo=UTC))
+    found = viewer_client.get(LIST, {"since": "2026-11-30", "until": "2026-11-30"})
+    assert len(re.findall(r'href="/deadletters/(\d+)/"', found.content.decode())) == 1
+
+
+# --- the live run page --------------------------------------------------------------------
+
+
+def _operator_run(operator_client, n, settings, batch_size=2):
+    settings.DEADLETTERS_REPLAY_BATCH_SIZE = batch_size
+    letters = DeadLetterFactory.create_batch(n)
+    confirm = operator_client.post(PREVIEW, {"action": "replay", "ids": [dl.pk for dl in letters]})
+    operator_client.post(confirm["Location"], {"reason": "go"})
+    return ReplayRun.objects.get()
+
+
+def test_progress_and_ledger_are_one_polled_partial(operator_client, settings):
+    run = _operator_run(operator_client, 5, settings)
+    services.process_batch(run.pk, generation=run.generation)
+    url = reverse("deadletters:run", args=[run.pk])
+    partial = operator_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert partial.startswith('<div id="live"') and 'hx-trigger="every 1s"' in partial
+    assert 'id="progress"' in partial and "table" in partial and "<html" not in partial
+    assert '<span class="processed">2</span>' in partial
+    assert len(re.findall(r'<td class="new-job">', partial)) == 2
+
+
+def test_the_ledger_shows_only_the_batches_the_progress_counts(operator_client, settings):
+    """A batch committing between the two reads must not show in one and not the other."""
+    run = _operator_run(operator_client, 6, settings)
+    services.process_batch(run.pk, generation=run.generation)
+    seen = ReplayRun.objects.get()  # the page's read of the run...
+    services.process_batch(run.pk, generation=run.generation)  # ...then a batch commits
+    request = RequestFactory().get("/")
+    request.user = seen.operator
+    context = views._run_context(request, seen)
+    assert seen.processed == 2 and len(context["items"]) == 2
+
+
+def test_a_finished_run_polls_until_its_jobs_settle_then_stops(operator_client, settings):
+    settings.DEADLETTERS_OVERVIEW_POLL_SECONDS = 7
+    run = _operator_run(operator_client, 2, settings)
+    run.refresh_from_db()
+    assert run.state == "finished"  # small enough to run inside the request
+    url = reverse("deadletters:run", args=[run.pk])
+    page = operator_client.get(url).content.decode()
+    assert 'hx-trigger="every 7s"' in page and "(pending)" in page
+    from jobqueue.models import Job
+
+    Job.objects.filter(pk__in=run.items.values("job_id")).update(state="done")
+    page = operator_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "(succeeded)" in page and "(pending)" not in page
+    assert "hx-trigger" not in page and "data-poll" not in page
+
+
+def test_run_controls_swap_the_whole_live_partial(operator_client, settings):
+    run = _operator_run(operator_client, 5, settings)
+    pause = reverse("deadletters:run-control", args=[run.pk, "pause"])
+    partial = operator_client.post(pause, headers={"HX-Request": "true"}).content.decode()
+    assert partial.startswith('<div id="live"') and "Ledger" in partial
+    assert 'hx-target="#live"' in partial and "hx-trigger" not in partial  # paused: no poll
