@@ -105,9 +105,19 @@ class FilterForm(forms.Form):
     anything else in a URL (`ids`, `select_all`, a cursor, an unknown name) stays out of both.
     """
 
-    job_type = forms.CharField(required=False, max_length=255)
-    queue = forms.CharField(required=False, max_length=100)
-    error_class = forms.CharField(required=False, max_length=255)
+    job_type = forms.CharField(
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"list": "job-types", "placeholder": "any"}),
+    )
+    queue = forms.CharField(
+        required=False, max_length=100, widget=forms.TextInput(attrs={"placeholder": "any"})
+    )
+    error_class = forms.CharField(
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"list": "error-classes", "placeholder": "any"}),
+    )
     source = forms.ChoiceField(
         required=False,
         choices=[
@@ -117,9 +127,14 @@ class FilterForm(forms.Form):
             ("django_q2", "django-q2"),
         ],
     )
-    q = forms.CharField(required=False, max_length=200, label="Text in last error")
-    since = DayField(required=False)
-    until = DayField(required=False)
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Text in last error",
+        widget=forms.TextInput(attrs={"type": "search"}),
+    )
+    since = DayField(required=False, label="From")
+    until = DayField(required=False, label="To")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
 

@@ -175,3 +175,118 @@ def test_run_controls_swap_the_whole_live_partial(operator_client, settings):
     partial = operator_client.post(pause, headers={"HX-Request": "true"}).content.decode()
     assert partial.startswith('<div id="live"') and "Ledger" in partial
     assert 'hx-target="#live"' in partial and "hx-trigger" not in partial  # paused: no poll
+
+
+# --- error pages and the favicon ----------------------------------------------------------
+
+
+def test_a_403_names_the_missing_permission_in_the_consoles_layout(viewer_client):
+    from tests.deadletters.conftest import logged_in
+    from tests.factories import UserFactory
+
+    response = logged_in(UserFactory(username="nobody")).get(LIST)
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert 'class="topbar"' in html and "deadletters/console.css" in html
+    assert "deadletters.view_deadletter" in html and "browse the dead-letter console" in html
+    assert "<strong>viewer</strong> role" in html
+    letter = DeadLetterFactory()
+    response = viewer_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk]})
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "deadletters.replay_deadletter" in html and "<strong>operator</strong> role" in html
+    assert reverse("deadletters:audit") in html  # somewhere to go
+
+
+def test_a_404_says_what_was_not_found_and_where_to_go(viewer_client):
+    response = viewer_client.get(reverse("deadletters:detail", args=[987654]))
+    html = response.content.decode()
+    assert response.status_code == 404 and "There is no dead letter #987654." in html
+    assert 'class="topbar"' in html and f'href="{LIST}?state=pending"' in html
+    response = viewer_client.get(reverse("deadletters:run", args=[55]))
+    assert response.status_code == 404 and "There is no replay run #55." in response.text
+    assert "audit log lists every run" in response.text
+    # The example project hands its own 404s (an unknown path) to the console's page too.
+    response = viewer_client.get("/deadletters/no/such/page/")
+    assert response.status_code == 404
+    assert "Nothing is served at <code>/deadletters/no/such/page/</code>" in response.text
+
+
+def test_every_console_page_links_the_favicon_and_the_project_serves_it(viewer_client):
+    html = viewer_client.get(LIST).content.decode()
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', html).group(1)
+    assert icon.endswith("deadletters/favicon.svg")
+    response = viewer_client.get("/favicon.ico")
+    assert response.status_code == 302 and response["Location"] == icon
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("deadletters/favicon.svg")  # shipped in the app's static files
+
+
+# --- the smaller items --------------------------------------------------------------------
+
+
+def test_cancel_on_the_confirm_page_goes_back_to_the_filtered_list(operator_client):
+    letter = DeadLetterFactory(task_path="t")
+    back = f"{LIST}?job_type=t&state=pending"
+    confirm = operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk], "back": back})[
+        "Location"
+    ]
+    html = operator_client.get(confirm).content.decode()
+    assert '<a href="/deadletters/list/?job_type=t&amp;state=pending">Cancel</a>' in html
+    # Another site's address is never a Cancel target.
+    confirm = operator_client.post(
+        PREVIEW, {"action": "replay", "ids": [letter.pk], "back": "https://evil.example/"}
+    )["Location"]
+    assert f'<a href="{LIST}">Cancel</a>' in operator_client.get(confirm).content.decode()
+
+
+def test_an_invalid_filter_is_marked_on_its_field_and_offers_no_select_all(operator_client):
+    DeadLetterFactory(task_path="t")
+    html = operator_client.get(LIST, {"job_type": "t", "since": "30/11/2026"}).content.decode()
+    since = re.search(r'<input[^>]*name="since"[^>]*>', html).group(0)
+    assert 'aria-invalid="true"' in since and 'aria-describedby="id_since_error"' in since
+    assert 'id="id_since_error"' in html
+    applied = re.search(r'<p class="muted applied">(.*?)</p>', html).group(1)
+    assert applied.strip() == "Applied: <code>job_type=t</code>"
+    assert "Correct the filter to select all" in html and 'hx-trigger="load"' not in html
+    valid = operator_client.get(LIST, {"job_type": "t"}).content.decode()
+    assert 'hx-trigger="load"' in valid and "aria-invalid" not in valid
+
+
+def test_the_filter_form_swaps_with_the_rows_so_its_errors_follow(viewer_client):
+    htmx = {"HX-Request": "true", "HX-Target": "listing"}
+    partial = viewer_client.get(LIST, {"since": "nope"}, headers=htmx).content.decode()
+    assert partial.lstrip().startswith('<div id="listing">') and 'aria-invalid="true"' in partial
+    rows_only = viewer_client.get(LIST, headers={"HX-Request": "true"}).content.decode()
+    assert rows_only.lstrip().startswith('<div id="results">')
+
+
+def test_the_preview_counts_one_in_the_singular(operator_client, settings):
+    letter = DeadLetterFactory(replays=1)
+    confirm = operator_client.post(PREVIEW, {"action": "replay", "ids": [letter.pk]})["Location"]
+    text = re.sub(r"\s+", " ", operator_client.get(confirm).content.decode())
+    assert "1 of these was replayed before and died again — it may be poison." in text
+    assert "exactly this 1 id, nothing" in text
+    two = DeadLetterFactory.create_batch(2, replays=1)
+    confirm = operator_client.post(PREVIEW, {"action": "replay", "ids": [d.pk for d in two]})
+    text = re.sub(r"\s+", " ", operator_client.get(confirm["Location"]).content.decode())
+    assert "2 of these were replayed before and died again — they may be poison." in text
+    assert "exactly these 2 ids, nothing" in text
+
+
+def test_a_letter_that_died_again_tells_each_jobs_attempts_apart(viewer_client):
+    from tests.factories import JobFactory, _error
+
+    letter = DeadLetterFactory(attempts=2, replays=1)
+    replay = JobFactory(dead=True, replayed_from=letter)
+    letter.errors = [_error(1), _error(2), _error(1)]
+    letter.save(update_fields=["errors"])
+    html = viewer_client.get(reverse("deadletters:detail", args=[letter.pk])).content.decode()
+    headings = re.findall(r'<h3 class="attempt-group">([^<]+)</h3>', html)
+    assert headings == [
+        f"Original job — job {letter.original_job_id}",
+        f"Replay 1 — job {replay.pk}",
+    ]
+    assert "Attempt 1</strong> of original job" in html
+    assert "Attempt 1</strong> of replay 1" in html
