@@ -14,7 +14,7 @@ from deadletters import services, views
 from deadletters.models import ReplayRun
 from deadletters.templatetags.console import relative, when
 from jobqueue.models import JobCounter, WorkerRecord
-from tests.factories import DeadLetterFactory
+from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -290,3 +290,74 @@ def test_a_letter_that_died_again_tells_each_jobs_attempts_apart(viewer_client):
     ]
     assert "Attempt 1</strong> of original job" in html
     assert "Attempt 1</strong> of replay 1" in html
+
+
+# --- the health page's charts and queues --------------------------------------------------
+
+
+def test_charts_have_axes_legends_and_each_minutes_value_on_hover(viewer_client):
+    now = timezone.now()
+    minute = now.replace(second=0, microsecond=0)
+    JobCounter.objects.create(
+        minute=minute - timedelta(minutes=3),
+        queue_name="default",
+        task_path="shop.send_receipt",
+        succeeded=37,
+        last_success_at=now,
+    )
+    html = viewer_client.get(reverse("deadletters:health")).content.decode()
+    completed = re.search(r'<figure class="chart ok">(.*?)</figure>', html, re.S).group(1)
+    assert '<span class="swatch" aria-hidden="true"></span> Completed per minute' in completed
+    assert '<strong class="total">37</strong>' in completed
+    # Value axis: 0, the middle and a round top above the peak (37 -> 50).
+    ticks = re.findall(r'<text class="tick"[^>]*text-anchor="end"[^>]*>(\d+)</text>', completed)
+    assert ticks == ["0", "25", "50"]
+    # Time axis: clock times at the quarter hours of the last hour.
+    clock = re.findall(r'text-anchor="middle">(\d{2}:\d{2})</text>', completed)
+    assert 3 <= len(clock) <= 4 and all(int(t[3:]) % 15 == 0 for t in clock)
+    # Every minute has a hover target saying its time and value, zero minutes too.
+    titles = re.findall(r"<g class=\"minute\"><title>([^<]+)</title>", completed)
+    assert len(titles) == 60
+    at = (minute - timedelta(minutes=3)).strftime("%Y-%m-%d %H:%M")
+    assert f"{at} UTC: 37 completed" in titles
+    assert titles.count(f"{at} UTC: 37 completed") == 1
+    assert sum(t.endswith(": 0 completed") for t in titles) == 59
+
+
+def test_the_replay_runners_queue_is_apart_and_idle_queues_are_left_out(viewer_client):
+    now = timezone.now()
+    JobFactory(task_path="shop.send_receipt", queue_name="receipts")
+    JobFactory(task_path="deadletters.tasks.carry_out_run", queue_name="deadletters")
+    minute = now.replace(second=0, microsecond=0)
+    JobCounter.objects.create(  # the runner's finished work must not fill the charts
+        minute=minute,
+        queue_name="deadletters",
+        task_path="deadletters.tasks.carry_out_run",
+        succeeded=9,
+        last_success_at=now,
+    )
+    JobCounter.objects.create(  # a queue that only ever dead-lettered: nothing to show now
+        minute=minute,
+        queue_name="unused",
+        task_path="shop.gone",
+        dead=0,
+    )
+    html = viewer_client.get(reverse("deadletters:health")).content.decode()
+    main_table = html.split('<details class="internal">')[0]
+    assert "shop.send_receipt" in main_table
+    assert "carry_out_run" not in main_table and "shop.gone" not in html
+    internal = html.split('<details class="internal">')[1]
+    assert "deadletters.tasks.carry_out_run" in internal.split("</details>")[0]
+    assert '<strong class="total">0</strong>' in html  # the runner's 9 are not charted
+
+
+def test_django_q2_rows_say_not_counted_rather_than_zero(viewer_client):
+    DeadLetterFactory(
+        source="django_q2", job=None, original_job_id=None, task_path="demo.q2tasks.sync_ledger"
+    )
+    DeadLetterFactory(task_path="shop.send_receipt")  # ours: 0 / 0 is a real count
+    html = viewer_client.get(reverse("deadletters:health")).content.decode()
+    row = re.search(r"<tr>\s*<td>[^<]*</td><td><code>demo.q2tasks.sync_ledger.*?</tr>", html, re.S)
+    assert "not counted" in row.group(0) and "0 / 0" not in row.group(0)
+    ours = re.search(r"<tr>\s*<td>[^<]*</td><td><code>shop.send_receipt.*?</tr>", html, re.S)
+    assert "0 / 0" in ours.group(0)
