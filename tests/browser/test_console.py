@@ -24,7 +24,9 @@ def login(page, live_server, username):
     expect(page).to_have_url(f"{live_server.url}/deadletters/")
 
 
-def test_operator_filters_selects_replays_and_finds_the_audit_entry(page, live_server, screenshot):
+def test_operator_filters_selects_replays_and_finds_the_audit_entry(
+    page, live_server, screenshot, readme_screenshot
+):
     now = timezone.now()
     receipts = [
         DeadLetterFactory(
@@ -49,6 +51,7 @@ def test_operator_filters_selects_replays_and_finds_the_audit_entry(page, live_s
     expect(rows).to_have_count(4)
     expect(page.locator(".select-all")).to_contain_text("Select all 4 matching")
     screenshot("list")
+    readme_screenshot("console")
 
     newest_two = receipts[:2]
     for letter in newest_two:
