@@ -61,7 +61,9 @@ def fixture_data():
         host="h",
         pid=1,
         started_at=ago(hours=1),
-        last_heartbeat_at=ago(seconds=5),
+        # From the clock, not NOW (taken at import): /metrics reads the real time, and a long
+        # suite reaches this test more than the 60 s "lost" threshold after collection.
+        last_heartbeat_at=timezone.now() - timedelta(seconds=5),
         current_job_ids=[1],
     )
     WorkerRecord.objects.create(
