@@ -8,6 +8,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import connections, transaction
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
@@ -83,10 +84,15 @@ def console_view(view):
         try:
             require(request.user, VIEW)
             return view(request, *args, **kwargs)
-        except PermissionDenied as exc:
+        except (PermissionDenied, Http404) as exc:
+            # Answered here rather than raised: under ATOMIC_REQUESTS a refusal must still
+            # roll back whatever the request wrote before it.
+            for connection in connections.all(initialized_only=True):
+                if connection.settings_dict["ATOMIC_REQUESTS"] and connection.in_atomic_block:
+                    transaction.set_rollback(True, using=connection.alias)
+            if isinstance(exc, Http404):
+                return page_not_found(request, exc)
             return permission_denied(request, exc)
-        except Http404 as exc:
-            return page_not_found(request, exc)
 
     return wrapped
 

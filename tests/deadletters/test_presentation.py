@@ -361,3 +361,32 @@ def test_django_q2_rows_say_not_counted_rather_than_zero(viewer_client):
     assert "not counted" in row.group(0) and "0 / 0" not in row.group(0)
     ours = re.search(r"<tr>\s*<td>[^<]*</td><td><code>shop.send_receipt.*?</tr>", html, re.S)
     assert "0 / 0" in ours.group(0)
+
+
+def test_a_refusal_answered_with_the_console_page_still_rolls_back(operator, monkeypatch):
+    """Under ATOMIC_REQUESTS the 403 page is a normal return of the view: what the request
+    wrote before the refusal must be rolled back all the same."""
+    from django.db import connection
+    from django.test import Client
+
+    from deadletters.models import Selection
+
+    letter = DeadLetterFactory(replays=5)
+    selection = services.freeze_selection(
+        operator=operator, action="replay", ids=[letter.pk], filter={}
+    )
+    own_selection = views._own_selection
+
+    def own_selection_and_write(request, pk):  # a write before the refusal
+        Selection.objects.filter(pk=pk).update(filter={"written": True})
+        return own_selection(request, pk)
+
+    monkeypatch.setattr(views, "_own_selection", own_selection_and_write)
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    client = Client()
+    client.force_login(operator)
+    url = reverse("deadletters:confirm", args=[selection.pk])
+    # An operator may not bypass the poison limit: refused with the console's 403 page.
+    response = client.post(url, {"reason": "x", "allow_poisoned": "on"})
+    assert response.status_code == 403 and "deadletters.replay_poisoned" in response.text
+    assert Selection.objects.get(pk=selection.pk).filter == {}
