@@ -232,6 +232,8 @@ REDRIVE = {
     # "django_q2" (the bridge), both by default so the demo shows the bridge
     # (REDRIVE_SOURCES=jobqueue turns it off).
     "SOURCES": _env_list("REDRIVE_SOURCES", "jobqueue,django_q2"),
+    # The zone the console shows times in (IANA name).
+    "TIME_ZONE": _env("DEADLETTERS_TIME_ZONE", "UTC"),
 }
 # Payload keys whose values are masked: case-insensitive regular expressions searched in each
 # key; a comma list replaces the default (deadletters/conf.py).

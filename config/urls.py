@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from deadletters.dashboard import dashboard
+from deadletters.views import favicon
 from jobqueue.metrics import metrics
 
 urlpatterns = [
@@ -12,4 +13,11 @@ urlpatterns = [
     path("deadletters/", include("deadletters.urls")),
     path("metrics", metrics, name="metrics"),
     path("", dashboard, name="dashboard"),
+    # Browsers ask for /favicon.ico on pages that link no icon (the admin's, a 404's).
+    path("favicon.ico", favicon),
 ]
+
+# Errors outside the console's own views (an unknown URL, a refusal in the admin) in the
+# console's layout too, saying why and where to go.
+handler403 = "deadletters.views.permission_denied"
+handler404 = "deadletters.views.page_not_found"

@@ -1,6 +1,8 @@
 """System checks of the console's settings: `manage.py` commands (runserver, runworker,
 migrate, check) refuse to start on a value the replay runner could not work with."""
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 from django.core import checks
 
 from . import conf
@@ -85,4 +87,15 @@ def console_setup(app_configs=None, **kwargs):
                     id="redrive.E006",
                 )
             )
+    zone = conf.get("TIME_ZONE")
+    try:
+        ZoneInfo(zone)
+    except (ValueError, TypeError, ZoneInfoNotFoundError):
+        found.append(
+            checks.Error(
+                f'REDRIVE["TIME_ZONE"] {zone!r} is not a time zone this machine knows.',
+                hint='An IANA name such as "UTC" or "Europe/Paris".',
+                id="redrive.E021",
+            )
+        )
     return found

@@ -1,5 +1,8 @@
 """The console's keys of settings.REDRIVE, each with its default (jobqueue/conf.py reads them)."""
 
+from datetime import UTC
+from zoneinfo import ZoneInfo
+
 from jobqueue import conf as redrive_conf
 
 DEFAULTS = {
@@ -40,6 +43,9 @@ DEFAULTS = {
     "STALL_SECONDS": 300,
     # Where dead letters come from: "jobqueue" (ours) and, with the bridge on, "django_q2".
     "SOURCES": ("jobqueue",),
+    # The zone the console shows times in (an IANA name such as "Europe/Paris"); every time
+    # is written `2026-11-30 14:49:17 UTC` in it, its abbreviation after the clock.
+    "TIME_ZONE": "UTC",
 }
 
 
@@ -48,6 +54,12 @@ redrive_conf.declare("deadletters", DEFAULTS)
 
 def get(name: str):
     return redrive_conf.setting(name)
+
+
+def zone():
+    """The zone the console shows times and reads filter days in (REDRIVE["TIME_ZONE"])."""
+    name = get("TIME_ZONE")
+    return UTC if name == "UTC" else ZoneInfo(name)
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is

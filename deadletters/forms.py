@@ -54,8 +54,21 @@ class IdListField(forms.Field):
 
 
 class DayField(forms.DateField):
+    """A day written YYYY-MM-DD, and only so. A text input, not `type="date"`: the browser
+    shows a date input in its own locale (mm/dd/yyyy in en-US), while everything else on the
+    console and in its URLs is ISO; the pattern lets the browser say what it wants."""
+
+    input_formats = ["%Y-%m-%d"]
     widget = forms.DateInput(
-        attrs={"type": "date", "min": FIRST_DAY.isoformat(), "max": LAST_DAY.isoformat()}
+        format="%Y-%m-%d",
+        attrs={
+            "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}",
+            "placeholder": "YYYY-MM-DD",
+            "title": "A day as YYYY-MM-DD",
+            "inputmode": "numeric",
+            "size": 10,
+            "maxlength": 10,
+        },
     )
 
     def validate(self, value):
@@ -92,9 +105,19 @@ class FilterForm(forms.Form):
     anything else in a URL (`ids`, `select_all`, a cursor, an unknown name) stays out of both.
     """
 
-    job_type = forms.CharField(required=False, max_length=255)
-    queue = forms.CharField(required=False, max_length=100)
-    error_class = forms.CharField(required=False, max_length=255)
+    job_type = forms.CharField(
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"list": "job-types", "placeholder": "any"}),
+    )
+    queue = forms.CharField(
+        required=False, max_length=100, widget=forms.TextInput(attrs={"placeholder": "any"})
+    )
+    error_class = forms.CharField(
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"list": "error-classes", "placeholder": "any"}),
+    )
     source = forms.ChoiceField(
         required=False,
         choices=[
@@ -104,9 +127,14 @@ class FilterForm(forms.Form):
             ("django_q2", "django-q2"),
         ],
     )
-    q = forms.CharField(required=False, max_length=200, label="Text in last error")
-    since = DayField(required=False)
-    until = DayField(required=False)
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Text in last error",
+        widget=forms.TextInput(attrs={"type": "search"}),
+    )
+    since = DayField(required=False, label="From")
+    until = DayField(required=False, label="To")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
 
@@ -195,7 +223,8 @@ def _day_start(day, plus_days=0):
     if day is None:
         return None
     moment = datetime.combine(day + timedelta(days=plus_days), time.min)
-    return timezone.make_aware(moment, timezone.get_current_timezone())
+    # The day as the console shows it: in the zone its times are written in.
+    return timezone.make_aware(moment, conf.zone())
 
 
 class ConfirmForm(forms.Form):

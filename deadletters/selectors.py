@@ -267,6 +267,10 @@ class Detail:
     history: list[ReplayItem]
     payload_summarised: bool = False  # django-q2 arguments shown as `$not_json` summaries
 
+    @property
+    def attempt_groups(self) -> list[AttemptGroup]:
+        return attempt_groups(self.letter, self.replay_jobs)
+
 
 def detail(pk: int, *, redacted: bool = True) -> Detail:
     """Unredacted only for a caller that has checked and recorded the reveal
@@ -291,6 +295,39 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         payload_summarised=letter.source == "django_q2" and q2_store.has_summary(payload),
         history=history,
     )
+
+
+@dataclass
+class AttemptGroup:
+    """The attempts one job made: a letter that died again holds its original job's attempts
+    and then each replay's, each numbered from 1 again."""
+
+    label: str
+    job_id: int | None
+    errors: list
+
+
+def attempt_groups(letter: DeadLetter, replay_jobs: list[Job]) -> list[AttemptGroup]:
+    """The letter's attempt records split where the numbering starts again (a replay's job),
+    each group named after its job: the original, then replays in order."""
+    runs: list[list] = []
+    previous = None
+    for error in letter.errors:
+        number = error.get("attempt") if isinstance(error, dict) else None
+        if not runs or (
+            isinstance(number, int) and isinstance(previous, int) and number <= previous
+        ):
+            runs.append([])
+        runs[-1].append(error)
+        previous = number
+    groups = []
+    for index, errors in enumerate(runs):
+        if index == 0:
+            groups.append(AttemptGroup("Original job", letter.original_job_id, errors))
+        else:
+            job = replay_jobs[index - 1] if index - 1 < len(replay_jobs) else None
+            groups.append(AttemptGroup(f"Replay {index}", job.pk if job else None, errors))
+    return groups
 
 
 # --- preview ------------------------------------------------------------------------------
@@ -382,8 +419,14 @@ def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
     return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
 
 
-def run_items(run: ReplayRun, *, after: int | None = None, size: int = 100):
+def run_items(
+    run: ReplayRun, *, after: int | None = None, size: int = 100, through_batch: int | None = None
+):
+    """The run's ledger in order; with `through_batch`, only the rows of batches up to it (the
+    ones a run row read just before counts: each batch writes its rows and counts together)."""
     items = run.items.select_related("job").order_by("id")
+    if through_batch is not None:
+        items = items.filter(batch__lte=through_batch)
     if after:
         items = items.filter(pk__gt=after)
     rows = list(items[: size + 1])

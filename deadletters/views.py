@@ -8,8 +8,10 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import connections, transaction
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
@@ -37,19 +39,104 @@ ACTION_PERMISSION = {
     Action.DISCARD: "deadletters.discard_deadletter",
 }
 POISON = "deadletters.replay_poisoned"
+LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
+
+
+# What each permission lets one do, for the 403 page that names the one missing.
+DOING = {
+    VIEW: "browse the dead-letter console",
+    ACTION_PERMISSION[Action.REPLAY]: "replay dead letters",
+    ACTION_PERMISSION[Action.DISCARD]: "discard dead letters",
+    POISON: "replay items past the poison limit",
+    redaction.REVEAL_PERMISSION: "see masked payload values",
+}
+
+
+class Missing(PermissionDenied):
+    """Refused for want of `permission`: the console's 403 page names it and the role that
+    holds it."""
+
+    def __init__(self, permission):
+        super().__init__(permission)
+        self.permission = permission
+
+
+class NotFound(Http404):
+    """A row the URL names that does not exist (any more): the 404 page says which."""
+
+    def __init__(self, what, pk=None, hint=""):
+        super().__init__(f"No {what} #{pk}" if pk is not None else f"No {what}")
+        self.what, self.pk, self.hint = what, pk, hint
+
+
+def require(user, permission):
+    if not user.has_perm(permission):
+        raise Missing(permission)
 
 
 def console_view(view):
-    """Login required (redirect to the login page), then the view permission (403)."""
+    """Login required (redirect to the login page), then the view permission; a refusal or a
+    missing row inside is answered with the console's own page saying why and where to go."""
 
     @login_required
     @wraps(view)
     def wrapped(request, *args, **kwargs):
-        if not request.user.has_perm(VIEW):
-            raise PermissionDenied
-        return view(request, *args, **kwargs)
+        try:
+            require(request.user, VIEW)
+            return view(request, *args, **kwargs)
+        except (PermissionDenied, Http404) as exc:
+            # Answered here rather than raised: under ATOMIC_REQUESTS a refusal must still
+            # roll back whatever the request wrote before it.
+            for connection in connections.all(initialized_only=True):
+                if connection.settings_dict["ATOMIC_REQUESTS"] and connection.in_atomic_block:
+                    transaction.set_rollback(True, using=connection.alias)
+            if isinstance(exc, Http404):
+                return page_not_found(request, exc)
+            return permission_denied(request, exc)
 
     return wrapped
+
+
+def _role_with(permission) -> str | None:
+    """The smallest console role that holds `permission`."""
+    from .roles import ROLE_PERMISSIONS
+
+    return next((role for role, held in ROLE_PERMISSIONS.items() if permission in held), None)
+
+
+def permission_denied(request, exception=None, template_name="deadletters/error.html"):
+    """403 in the console's layout, naming the missing permission where it is known (also
+    usable as a project's handler403)."""
+    permission = getattr(exception, "permission", None)
+    context = {
+        "status": 403,
+        "title": "Not allowed",
+        "permission": permission,
+        "doing": DOING.get(permission),
+        "role": _role_with(permission) if permission else None,
+    }
+    return render(request, template_name, context, status=403)
+
+
+@require_GET
+def favicon(request):
+    """The console's icon at a project's /favicon.ico, which browsers ask for on pages that
+    link none (the admin's, for one). A temporary redirect: the static name may be hashed."""
+    return HttpResponseRedirect(static("deadletters/favicon.svg"))
+
+
+def page_not_found(request, exception=None, template_name="deadletters/error.html"):
+    """404 in the console's layout, saying what was not found (also usable as a project's
+    handler404)."""
+    context = {
+        "status": 404,
+        "title": "Not found",
+        "what": getattr(exception, "what", None),
+        "pk": getattr(exception, "pk", None),
+        "hint": getattr(exception, "hint", ""),
+        "path": request.path,
+    }
+    return render(request, template_name, context, status=404)
 
 
 def render_page(request, template, partial, context):
@@ -97,7 +184,10 @@ def letter_list(request):
         **_permissions(request.user),
     }
     context["can_select"] = context["can_replay"] or context["can_discard"]
-    return render_page(request, "deadletters/list.html", "results", context)
+    # The filter form swaps itself with the rows (its fields carry their errors); the pager
+    # swaps only the rows.
+    partial = "listing" if request.htmx.target == "listing" else "results"
+    return render_page(request, "deadletters/list.html", partial, context)
 
 
 @require_GET
@@ -118,6 +208,9 @@ def _permissions(user):
         "can_discard": user.has_perm(ACTION_PERMISSION[Action.DISCARD]),
         "can_replay_poisoned": user.has_perm(POISON),
         "can_reveal": user.has_perm(redaction.REVEAL_PERMISSION),
+        # django-q2's admin page opens only for staff holding its view permission: no link
+        # that leads anyone else to "not authorized".
+        "can_open_q2_admin": user.is_staff and user.has_perm("django_q.view_failure"),
     }
 
 
@@ -127,7 +220,7 @@ def letter_detail(request, pk):
     try:
         detail = selectors.detail(pk)
     except DeadLetter.DoesNotExist:
-        raise Http404("No such dead letter") from None
+        raise NotFound("dead letter", pk, LETTER_GONE) from None
     return render(
         request,
         "deadletters/detail.html",
@@ -141,12 +234,11 @@ def letter_detail(request, pk):
 def reveal(request, pk):
     """The detail page with the masked values shown, for a user with the permission; each
     reveal is recorded. A POST, so a link or a reload never reveals (or records) by itself."""
-    if not request.user.has_perm(redaction.REVEAL_PERMISSION):
-        raise PermissionDenied
+    require(request.user, redaction.REVEAL_PERMISSION)
     try:
         detail = selectors.detail(pk, redacted=False)
     except DeadLetter.DoesNotExist:
-        raise Http404("No such dead letter") from None
+        raise NotFound("dead letter", pk, LETTER_GONE) from None
     redaction.record_reveal(request.user, detail.letter, via="console")
     return render(
         request,
@@ -161,9 +253,8 @@ def preview(request):
     """Freeze the chosen ids (ticked rows, or every row matching the filter) and preview."""
     action = request.POST.get("action")
     if action not in ACTION_PERMISSION:
-        raise Http404("Unknown action")
-    if not request.user.has_perm(ACTION_PERMISSION[action]):
-        raise PermissionDenied
+        raise NotFound("such action", hint="Actions are replay and discard.")
+    require(request.user, ACTION_PERMISSION[action])
     form = SelectionForm(request.POST)
     try:
         if not form.is_valid():
@@ -181,24 +272,40 @@ def preview(request):
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
-        back = request.POST.get("back", "")
-        # A path on this site only: redirect() would take "0" or "admin" for a view name.
-        if not (
-            back.startswith("/")
-            and back.isprintable()
-            and url_has_allowed_host_and_scheme(
-                back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-            )
-        ):
-            back = reverse("deadletters:list")
-        return HttpResponseRedirect(back)
+        return HttpResponseRedirect(_back(request))
+    # The confirm page's Cancel returns to the list as filtered (or the detail page) it came
+    # from; kept in the session, so the confirm page's address stays the selection's alone.
+    request.session[BACK_KEY.format(selection.pk)] = _back(request)
     return redirect("deadletters:confirm", pk=selection.pk)
 
 
+BACK_KEY = "deadletters:back:{}"
+
+
+def _back(request) -> str:
+    """The form's `back` path if it is a path on this site, else the list."""
+    back = request.POST.get("back", "")
+    # A path on this site only: redirect() would take "0" or "admin" for a view name.
+    if (
+        back.startswith("/")
+        and back.isprintable()
+        and url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+    ):
+        return back
+    return reverse("deadletters:list")
+
+
 def _own_selection(request, pk):
-    selection = get_object_or_404(Selection, pk=pk, operator=request.user)
-    if not request.user.has_perm(ACTION_PERMISSION[selection.action]):
-        raise PermissionDenied
+    selection = Selection.objects.filter(pk=pk, operator=request.user).first()
+    if selection is None:
+        raise NotFound(
+            "selection",
+            pk,
+            "A selection is seen only by the operator who made it; make your own from the list.",
+        )
+    require(request.user, ACTION_PERMISSION[selection.action])
     return selection
 
 
@@ -213,7 +320,7 @@ def confirm(request, pk):
     if request.method == "POST" and form.is_valid():
         allow_poisoned = form.cleaned_data["allow_poisoned"]
         if allow_poisoned and not may_poison:
-            raise PermissionDenied
+            raise Missing(POISON)
         try:
             run = services.start_run(
                 operator=request.user,
@@ -236,46 +343,66 @@ def confirm(request, pk):
         "can_replay_poisoned": may_poison,
         "max_replays": conf.get("MAX_REPLAYS"),
         "batch_size": conf.get("REPLAY_BATCH_SIZE"),
+        "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
     }
     return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
 
 
-@require_GET
-@console_view
-def run_detail(request, pk):
-    run = get_object_or_404(ReplayRun, pk=pk)
-    form = RunPageForm(request.GET)
-    if not form.is_valid():
-        return HttpResponseBadRequest(f"Invalid page: {refusal(form)}", content_type="text/plain")
-    items, next_after = selectors.run_items(run, after=form.cleaned_data["after"])
-    context = {
+def _run(pk):
+    try:
+        return ReplayRun.objects.get(pk=pk)
+    except ReplayRun.DoesNotExist:
+        raise NotFound("replay run", pk, "The audit log lists every run.") from None
+
+
+def _run_context(request, run, *, after=None, notice=""):
+    """The run page's live part: the run read first, then only the ledger rows of the batches
+    it counts, so progress and ledger agree even while a batch commits between the reads."""
+    items, next_after = selectors.run_items(run, after=after, through_batch=run.batches)
+    if run.is_active:
+        poll_every = 1
+    elif any(item.job_outcome == "pending" for item in items):
+        # Ended, but jobs it made have not run yet: their outcomes still change.
+        poll_every = conf.get("OVERVIEW_POLL_SECONDS")
+    else:
+        poll_every = None
+    poll_url = reverse("deadletters:run", args=[run.pk])
+    return {
         "run": run,
         "items": items,
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
         "queue": conf.get("REPLAY_QUEUE"),
+        "notice": notice,
+        "poll_every": poll_every,
+        "poll_url": f"{poll_url}?after={after}" if after else poll_url,
     }
-    return render_page(request, "deadletters/run.html", "progress", context)
+
+
+@require_GET
+@console_view
+def run_detail(request, pk):
+    run = _run(pk)
+    form = RunPageForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"Invalid page: {refusal(form)}", content_type="text/plain")
+    context = _run_context(request, run, after=form.cleaned_data["after"])
+    return render_page(request, "deadletters/run.html", "live", context)
 
 
 @require_POST
 @console_view
 def run_control(request, pk, command):
-    run = get_object_or_404(ReplayRun, pk=pk)
-    if not request.user.has_perm(ACTION_PERMISSION[run.action]):
-        raise PermissionDenied
+    run = _run(pk)
+    require(request.user, ACTION_PERMISSION[run.action])
     handler = {"pause": services.pause, "resume": services.resume, "cancel": services.cancel}
     notice = ""
     if not handler[command](run, operator=request.user):
         notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
     if request.htmx:  # the swapped partial carries the notice: no page load would show it
-        context = {
-            "run": run,
-            "can_control": True,
-            "queue": conf.get("REPLAY_QUEUE"),
-            "notice": notice,
-        }
-        return render(request, "deadletters/run.html#progress", context)
+        run.refresh_from_db()
+        context = _run_context(request, run, notice=notice)
+        return render(request, "deadletters/run.html#live", context)
     if notice:
         messages.warning(request, notice)
     return redirect("deadletters:run", pk=run.pk)

@@ -1,10 +1,18 @@
-"""Links to pages the host project may or may not have: the console never reverses a URL name
-it does not own, so it renders in any project, mounted at any prefix."""
+"""The console's template helpers: links to pages the host project may or may not have (the
+console never reverses a URL name it does not own, so it renders in any project, mounted at any
+prefix), and the one way every page writes a time."""
+
+from datetime import UTC, datetime
 
 from django import template
 from django.conf import settings
 from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html
+
+from deadletters import conf
 
 register = template.Library()
 
@@ -28,3 +36,66 @@ def admin_url(name: str, *args) -> str | None:
         return reverse(f"admin:{name}", args=args)
     except NoReverseMatch:
         return None
+
+
+# --- time ---------------------------------------------------------------------------------
+# One way to show an instant on every page: the absolute time in the console's zone
+# (REDRIVE["TIME_ZONE"], UTC by default) inside <time datetime=…>, with the relative age only
+# beside it or on hover, never instead of it.
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def _instant(value) -> datetime | None:
+    if isinstance(value, str):  # attempt records keep their times as ISO text
+        value = parse_datetime(value)
+    if not isinstance(value, datetime):
+        return None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
+
+
+def absolute(value) -> str:
+    """`2026-11-30 14:49:17 UTC` (or the console zone's abbreviation)."""
+    local = value.astimezone(conf.zone())
+    return f"{local.strftime(TIME_FORMAT)} {local.tzname()}"
+
+
+def relative(value, now=None) -> str:
+    """A short age: "just now", "42 s ago", "3 min ago", "2 h 5 min ago", "3 d 4 h ago";
+    "in 5 min" for a time still to come."""
+    seconds = int(((now or timezone.now()) - value).total_seconds())
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        text = f"{seconds} s"
+    elif seconds < 3600:
+        text = f"{seconds // 60} min"
+    elif seconds < 86400:
+        hours, minutes = divmod(seconds // 60, 60)
+        text = f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    else:
+        days, hours = divmod(seconds // 3600, 24)
+        text = f"{days} d {hours} h" if hours else f"{days} d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+@register.filter
+def when(value, style="hover"):
+    """An instant as `<time datetime="…Z" title="3 min ago">2026-11-30 14:49:17 UTC</time>`.
+
+    style "hover" puts the age in the title; "beside" also writes it after the time;
+    "plain" gives the absolute time alone (for a title attribute or text)."""
+    instant = _instant(value)
+    if instant is None:
+        return "—" if value in (None, "") else value
+    if style == "plain":
+        return absolute(instant)
+    stamp = instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    ago = relative(instant)
+    html = format_html('<time datetime="{}" title="{}">{}</time>', stamp, ago, absolute(instant))
+    if style == "beside":
+        html = format_html('{} <span class="ago">({})</span>', html, ago)
+    return html

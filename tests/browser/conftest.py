@@ -9,6 +9,7 @@ import pytest
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +48,17 @@ def screenshot(page):
 
     def take(name):
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+    return take
+
+
+@pytest.fixture
+def readme_screenshot(page):
+    """The README's pictures (docs/NAME.png), taken of the page a test has just checked, so
+    they show the console as it is (tests/test_docs.py checks each has a test writing it)."""
+
+    def take(name):
+        page.screenshot(path=str(DOCS / f"{name}.png"))
 
     return take
 

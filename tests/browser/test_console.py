@@ -24,7 +24,9 @@ def login(page, live_server, username):
     expect(page).to_have_url(f"{live_server.url}/deadletters/")
 
 
-def test_operator_filters_selects_replays_and_finds_the_audit_entry(page, live_server, screenshot):
+def test_operator_filters_selects_replays_and_finds_the_audit_entry(
+    page, live_server, screenshot, readme_screenshot
+):
     now = timezone.now()
     receipts = [
         DeadLetterFactory(
@@ -49,6 +51,7 @@ def test_operator_filters_selects_replays_and_finds_the_audit_entry(page, live_s
     expect(rows).to_have_count(4)
     expect(page.locator(".select-all")).to_contain_text("Select all 4 matching")
     screenshot("list")
+    readme_screenshot("console")
 
     newest_two = receipts[:2]
     for letter in newest_two:
@@ -110,6 +113,36 @@ def test_background_run_shows_live_progress(page, live_server, settings):
     services.carry_out(run.pk, run.generation + 1)
     expect(progress).to_contain_text("Finished")
     expect(progress.locator(".done")).to_have_text("5")
+
+
+def test_run_page_ledger_follows_progress_and_settles_after_the_run(page, live_server, settings):
+    """The ledger updates with the progress (one polled partial), and the jobs a finished run
+    made stop reading "(pending)" once they ran, without a reload; then polling stops."""
+    settings.REDRIVE = {**settings.REDRIVE, "REPLAY_BATCH_SIZE": 2}
+    settings.REDRIVE = {**settings.REDRIVE, "OVERVIEW_POLL_SECONDS": 1}
+    letters = DeadLetterFactory.create_batch(4, task_path="shop.send_receipt")
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/deadletters/list/?job_type=shop.send_receipt")
+    page.check(".select-page")
+    page.click('button[value="replay"]')
+    page.fill('textarea[name="reason"]', "ledger check")
+    page.click("text=Confirm replay")
+    ledger = page.locator("table.ledger tbody tr")
+    expect(ledger).to_have_text(["Nothing processed yet."])
+    run = ReplayRun.objects.get()
+    from deadletters import services
+    from jobqueue.models import Job
+
+    services.process_batch(run.pk, generation=run.generation)
+    expect(page.locator("#progress .processed")).to_have_text("2")
+    expect(ledger).to_have_count(2)  # in the same swap as the counts
+    services.process_batch(run.pk, generation=run.generation)
+    expect(page.locator("#progress")).to_contain_text("Finished")
+    expect(ledger).to_have_count(4)
+    expect(page.locator("td.new-job").first).to_contain_text("(pending)")
+    Job.objects.filter(replayed_from__in=letters).update(state="done")
+    expect(page.locator("td.new-job", has_text="(succeeded)")).to_have_count(4)
+    expect(page.locator("#live")).not_to_have_attribute("hx-trigger", re.compile("every"))
 
 
 def test_viewer_sees_no_replay_button(page, live_server):

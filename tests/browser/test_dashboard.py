@@ -11,7 +11,9 @@ from tests.factories import DeadLetterFactory, JobFactory
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_health_dashboard_renders_figures_charts_and_workers(page, live_server, screenshot):
+def test_health_dashboard_renders_figures_charts_and_workers(
+    page, live_server, screenshot, readme_screenshot
+):
     now = timezone.now()
     JobFactory.create_batch(3, task_path="shop.send_receipt")
     JobFactory(task_path="shop.send_receipt", running=True)
@@ -48,4 +50,6 @@ def test_health_dashboard_renders_figures_charts_and_workers(page, live_server, 
     health.locator(".figure a", has_text="Dead letters").click()
     expect(page).to_have_url(f"{live_server.url}/deadletters/")
     page.goto(f"{live_server.url}/")
+    expect(page.locator("figure.chart.ok .tick").first).to_be_visible()
     screenshot("dashboard")
+    readme_screenshot("health")

@@ -115,6 +115,8 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
     workers_log = (tmp_path / "demo-workers.log").read_text()
     # The workers started: they got the demo's key (without one they refuse to start).
     assert workers_log.count("event=worker_stopped") == 2
+    # ...as many as the start-up line says (the qcluster beside them is named, not counted).
+    assert "workers:   2 x runworker + qcluster" in demo.output()
     assert processes_with(str(tmp_path)) == []
     key_file = tmp_path / "secret_key"
     assert key_file.stat().st_mode & 0o777 == 0o600

@@ -53,8 +53,24 @@ def test_detail_marks_arguments_shown_as_summaries(client):
     html = client.get(f"/deadletters/{letter.pk}/").content.decode()
     assert "shown as <code>$not_json</code> summaries" in html
     assert "decimal.Decimal" in html
-    failure = f"/admin/django_q/failure/{letter.idempotency_key}/change/"
-    assert f'<a class="q2-failure" href="{failure}">' in html
+    # An operator cannot open django-q2's admin: the task id is shown, not linked.
+    assert letter.idempotency_key in html and "q2-failure" not in html
     plain = q2_letter(idempotency_key="1" * 32, args=[7])
     html = client.get(f"/deadletters/{plain.pk}/").content.decode()
     assert "$not_json" not in html
+
+
+def test_only_users_who_can_open_django_q2s_admin_get_the_link(admin_user):
+    from django.contrib.auth.models import Permission
+
+    letter = q2_letter()
+    failure = f"/admin/django_q/failure/{letter.idempotency_key}/change/"
+    link = f'<a class="q2-failure" href="{failure}">'
+    assert link in logged_in(admin_user).get(f"/deadletters/{letter.pk}/").content.decode()
+    chief = user_with_role("admin", "chief")  # staff, but without django-q2's permission
+    assert link not in logged_in(chief).get(f"/deadletters/{letter.pk}/").content.decode()
+    chief.user_permissions.add(
+        Permission.objects.get(content_type__app_label="django_q", codename="view_failure")
+    )
+    chief = type(chief).objects.get(pk=chief.pk)  # a fresh permission cache
+    assert link in logged_in(chief).get(f"/deadletters/{letter.pk}/").content.decode()

@@ -94,9 +94,10 @@ class Command(BaseCommand):
             # The outage is on record before any worker can take a receipt.
             outage = services.start_outage("receipts", opts["outage"]) if opts["outage"] else None
             self.start_workers(workers, opts["workers"], log_path)
+            runworkers = len(workers)  # the qcluster joins the list (to be stopped), not the count
             if q2_bridge.enabled():
                 self.start_qcluster(workers, log_path)
-            self.announce(opts, passwords, seeded, workers, log_path, outage)
+            self.announce(opts, passwords, seeded, runworkers, log_path, outage)
             server.serve_forever()
         except KeyboardInterrupt:
             pass
@@ -114,7 +115,7 @@ class Command(BaseCommand):
         os.environ["SECRET_KEY"] = key
         settings.SECRET_KEY = key  # nothing has signed anything yet in this process
 
-    def announce(self, opts, passwords, seeded, workers, log_path, outage):
+    def announce(self, opts, passwords, seeded, runworkers, log_path, outage):
         url = f"http://{opts['host']}:{opts['port']}/deadletters/"
         database = connections["default"].settings_dict["NAME"]
         lines = [
@@ -135,7 +136,7 @@ class Command(BaseCommand):
             timer.start()
         connections.close_all()
         lines += [
-            f"  workers:   {len(workers)} x runworker"
+            f"  workers:   {runworkers} x runworker"
             f"{' + qcluster (django-q2 bridge on)' if q2_bridge.enabled() else ''}"
             f" (log: {log_path})",
             "Ctrl-C stops the server and drains the workers.",
