@@ -125,7 +125,7 @@ def claim_sql() -> str:
     import django
 
     django.setup()
-    from jobqueue.store.outbox import PostgreSQL
+    from jobqueue.store.outbox_messages import PostgreSQL
 
     return PostgreSQL.CLAIM.replace("RETURNING m.*", "RETURNING m.id, m.payload")
 
@@ -139,7 +139,7 @@ def claim(conn, batch: int):
 def floor_jobs(n: int, batch: int) -> float:
     """The relay's own statements to jobs with nothing around them: claim; insert; mark."""
     claim_sql()  # sets Django up
-    from jobqueue.store.outbox import PostgreSQL
+    from jobqueue.store.outbox_messages import PostgreSQL
 
     started, done = time.monotonic(), 0
     with raw() as conn:

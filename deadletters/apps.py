@@ -17,12 +17,16 @@ class DeadlettersConfig(AppConfig):
         # The health figures count pending dead letters through our trigger-kept counters
         # (jobqueue, which imports nothing from us, would otherwise count the big table).
         from jobqueue import health
+        from jobqueue.store import sources
 
-        from . import counters
-        from .sources import django_q2
+        from . import conf, counters, django_q2_bridge
 
         health.count_dead_letters = counters.pending_by_queue_and_task
-        django_q2.connect()
+        # A source named by its dotted path is a Source of the host's own (jobqueue.store.sources).
+        for name in conf.get("SOURCES"):
+            if "." in name:
+                sources.register(name)
+        django_q2_bridge.connect()
 
 
 def _ensure_counters(sender, using, plan=None, **kwargs):

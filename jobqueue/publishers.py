@@ -131,7 +131,7 @@ class JobsPublisher(Publisher):
         return jobs, failed
 
     def write(self, jobs: Sequence[store.NewJob]):
-        from jobqueue.store import outbox as outbox_store
+        from jobqueue.store import outbox_messages as outbox_store
 
         outbox_store.enqueue_jobs(jobs, using=self.using)
 

@@ -35,7 +35,7 @@ from jobqueue.errors import class_path, classify
 from jobqueue.listener import FaultPoints, Listener, Loop, log_line, logfmt, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
-from jobqueue.store import outbox as outbox_store
+from jobqueue.store import outbox_messages as outbox_store
 
 logger = logging.getLogger("jobqueue.relay")
 

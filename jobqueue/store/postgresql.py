@@ -226,17 +226,19 @@ def notify(connection, queues):
 MARK_REPLAYING = """
 UPDATE jobqueue_deadletter AS d SET
     state = 'replaying', replays = d.replays + 1, last_replayed_at = %(now)s,
-    replay_job_id = v.job_id
-FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS v(id, job_id)
+    replay_job_id = v.job_id, replay_ref = COALESCE(v.ref, d.replay_ref)
+FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[], %(refs)s::text[]) AS v(id, job_id, ref)
 WHERE d.id = v.id
 """
 
 
-def mark_replaying(connection, pairs, *, now):
-    """Point each dead letter at its replay job in one statement (bulk_update's CASE per row
-    and field was most of a replay batch's time)."""
-    if not pairs:
+def mark_replaying(connection, rows, *, now):
+    """Mark replayed letters in one statement (bulk_update's CASE per row and field was most of
+    a replay batch's time): rows of (letter id, new job id or None, replay reference or None)."""
+    if not rows:
         return
-    ids, jobs = zip(*pairs, strict=True)
+    ids, jobs, refs = zip(*rows, strict=True)
     with connection.cursor() as cursor:
-        cursor.execute(MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "now": now})
+        cursor.execute(
+            MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "refs": list(refs), "now": now}
+        )

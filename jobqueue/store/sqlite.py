@@ -144,12 +144,13 @@ def notify(connection, queues):
 
 MARK_REPLAYING = """
 UPDATE jobqueue_deadletter SET
-    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s
+    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s,
+    replay_ref = COALESCE(%s, replay_ref)
 WHERE id = %s
 """
 
 
-def mark_replaying(connection, pairs, *, now):
+def mark_replaying(connection, rows, *, now):
     now = _ts(connection, now)
     with connection.cursor() as cursor:
-        cursor.executemany(MARK_REPLAYING, [(now, job_id, pk) for pk, job_id in pairs])
+        cursor.executemany(MARK_REPLAYING, [(now, job, ref, pk) for pk, job, ref in rows])

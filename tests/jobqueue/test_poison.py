@@ -9,6 +9,7 @@ from django.tasks.exceptions import InvalidTask
 from jobqueue import outbox, store
 from jobqueue.errors import InvalidArguments
 from jobqueue.models import DeadLetter, Job, JobState, OutboxMessage
+from jobqueue.store import dialects
 from jobqueue.worker import Finished, Held, Worker
 from tests.jobqueue import contract_tasks as t
 
@@ -123,7 +124,7 @@ def test_an_acknowledgement_the_database_refuses_settles_the_rest_of_its_batch(
 ):
     """One batch of four, one of which the database refuses: three acknowledged, the refused one
     failed for good, nothing left to retry."""
-    dialect = store._dialect("default")
+    dialect = dialects.of("default")
     real = dialect.acknowledge
     statements = []
 

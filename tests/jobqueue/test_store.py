@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Execution, Job, JobState
+from jobqueue.store import jobs
 from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -312,6 +313,6 @@ def test_factories_build_consistent_rows():
 def test_a_new_job_carries_every_column_of_the_model():
     """store._job_from skips Model.__init__: a column it forgot would be a deferred field that
     silently queries the database when read."""
-    job = store._job_from(store.NewJob(task_path="t"), now=T0)
+    job = jobs._job_from(store.NewJob(task_path="t"), now=T0)
     assert {f.attname for f in Job._meta.concrete_fields} <= set(vars(job))
     assert job.get_deferred_fields() == set()

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from jobqueue import outbox, store
 from jobqueue.models import DeadLetter, DeadLetterState, OutboxMessage, OutboxState
-from jobqueue.store import outbox as outbox_store
+from jobqueue.store import outbox_messages as outbox_store
+from jobqueue.store.sources import outbox_letters
 
 pytestmark = pytest.mark.django_db
 
@@ -163,7 +164,7 @@ def test_replay_skips_a_letter_whose_message_is_gone():
     [message] = claim(at(0))
     letter = outbox_store.bury(message, error(message, at(0)), max_attempts=3, now=at(0))
     OutboxMessage.objects.all().delete()
-    assert store.replay([letter.pk], now=at(1)).skipped == {letter.pk: outbox_store.SKIP_GONE}
+    assert store.replay([letter.pk], now=at(1)).skipped == {letter.pk: outbox_letters.SKIP_GONE}
 
 
 def test_prune_deletes_old_published_rows_and_never_unpublished_ones():

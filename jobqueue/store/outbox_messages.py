@@ -1,4 +1,4 @@
-"""The only code that changes outbox state: insert, claim, mark, extend, retry, dead-letter, prune.
+"""Rows of the outbox table (jobqueue_outbox): insert, claim, mark, extend, retry, bury, prune.
 
 Lifecycle of a row (jobqueue_outbox):
 
@@ -7,7 +7,7 @@ Lifecycle of a row (jobqueue_outbox):
        │                 │ bury (permanent / exhausted)     → dead + DeadLetter(source="outbox")
        │                 │ release (graceful stop)          → pending, attempt not counted
        │                 └ lease expired → swept → pending (attempt counted, LeaseExpired error)
-       └──── replay of its dead letter (jobqueue.store.replay) ◀── dead
+       └──── replay of its dead letter (store.sources.outbox_letters) ◀── dead
 
 Every transition out of `leased` is guarded like a job's: `state = 'leased' AND lease_token =
 the claimer's token AND locked_until > now`, and its row count is checked. One claim writes one
@@ -32,7 +32,9 @@ from datetime import datetime, timedelta
 from django.db import connections, transaction
 from django.utils import timezone
 
-from jobqueue.models import DeadLetter, DeadLetterState, OutboxMessage, OutboxState
+from jobqueue.models import DeadLetter, OutboxMessage, OutboxState
+
+from .dead_letters import pending_fields, return_to_pending, settle_replayed
 
 SOURCE = "outbox"
 NOTIFY_CHANNEL = "jobqueue_outbox"
@@ -359,9 +361,7 @@ def mark_published(
                 if letter_id is not None:
                     letters.append(letter_id)
         if letters:
-            DeadLetter.objects.using(using).filter(
-                pk__in=letters, state=DeadLetterState.REPLAYING
-            ).update(state=DeadLetterState.REPLAYED)
+            settle_replayed(using, pk__in=letters)
     return marked
 
 
@@ -443,15 +443,9 @@ def bury(
         ):
             return None
         message.errors = errors
-        fields = {
-            "attempts": message.attempts,
-            "max_attempts": max_attempts,
-            "last_error": error["message"] or error["exception_class_path"],
-            "error_class": error["exception_class_path"],
-            "traceback": error["traceback"],
-            "dead_lettered_at": now,
-            "state": DeadLetterState.PENDING,
-        }
+        fields = pending_fields(
+            error, attempts=message.attempts, max_attempts=max_attempts, now=now
+        )
         letter = None
         if message.dead_letter_id:
             letter = (
@@ -461,11 +455,8 @@ def bury(
                 .first()
             )
         if letter is not None:
-            # Died again after a replay: the same letter returns to pending, history appended.
-            for name, value in fields.items():
-                setattr(letter, name, value)
-            letter.errors = [*letter.errors, *errors]
-            letter.save(using=using, update_fields=[*fields, "errors"])
+            # Died again after a replay.
+            return_to_pending(letter, fields, errors, using=using)
         else:
             letter = DeadLetter.objects.using(using).create(
                 source=SOURCE,
@@ -498,45 +489,6 @@ def release(
                 **_NO_LEASE,
             )
     return released
-
-
-SKIP_NOT_DEAD = "the outbox message is not dead (already republished?)"
-SKIP_GONE = "the outbox message no longer exists"
-
-
-def republish(letters, *, now: datetime, using: str = "default") -> dict[int, str | None]:
-    """Replay of outbox dead letters (called by jobqueue.store.replay in its transaction).
-
-    The same row, so the same message id, becomes pending again with a fresh attempt budget;
-    its letter stays linked and turns 'replayed' when the relay publishes it. Returns, per
-    letter id, None when republished or the reason it was skipped.
-    """
-    results: dict[int, str | None] = {}
-    messages = {
-        m.dead_letter_id: m
-        for m in OutboxMessage.objects.using(using)
-        .select_for_update()
-        .filter(dead_letter_id__in=[letter.pk for letter in letters])
-        .order_by("pk")
-    }
-    for letter in letters:
-        message = messages.get(letter.pk)
-        if message is None:
-            results[letter.pk] = SKIP_GONE
-            continue
-        if message.state != OutboxState.DEAD:
-            results[letter.pk] = SKIP_NOT_DEAD
-            continue
-        OutboxMessage.objects.using(using).filter(pk=message.pk, state=OutboxState.DEAD).update(
-            state=OutboxState.PENDING, available_at=now, attempts=0, errors=[]
-        )
-        results[letter.pk] = None
-    if any(reason is None for reason in results.values()) and connections[using].vendor == (
-        "postgresql"
-    ):
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
-    return results
 
 
 def prune(
