@@ -26,18 +26,17 @@ from .dead_letters import (
     replay,
 )
 from .jobs import (
-    SWEEP_LIMIT,
     NewJob,
     acknowledge,
     claim,
     enqueue,
     enqueue_many,
-    error_entry,
     extend_leases,
     fail,
     release,
     sweep_expired,
 )
+from .leases import SWEEP_LIMIT, error_entry
 from .payloads import (
     CLASS_PATH_CHARS,
     MAX_MESSAGE_CHARS,

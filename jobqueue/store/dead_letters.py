@@ -26,6 +26,7 @@ SKIP_REASONS = {
 }
 SKIP_KEY_HELD = "a live job already holds its idempotency key"
 SKIP_MISSING = "no such dead letter"
+SKIP_NO_SOURCE = "no dead-letter source {name!r} is registered"
 
 
 @dataclass
@@ -39,9 +40,9 @@ class Resolution:
 
 
 def classify(ids: Sequence[int], letters: dict[int, DeadLetter], resolution: Resolution):
-    """Skip what no source may act on (missing, not pending) in `resolution`; return the
-    pending letters grouped by source, in the order asked."""
-    by_source: dict[str, list[DeadLetter]] = {}
+    """Skip what no source may act on (missing, not pending, of no registered source) in
+    `resolution`; return the others grouped by their source, in the order asked."""
+    by_source: dict[sources.Source, list[DeadLetter]] = {}
     for pk in ids:
         letter = letters.get(pk)
         if letter is None:
@@ -49,7 +50,12 @@ def classify(ids: Sequence[int], letters: dict[int, DeadLetter], resolution: Res
         elif letter.state != DeadLetterState.PENDING:
             resolution.skipped[pk] = SKIP_REASONS[letter.state]
         else:
-            by_source.setdefault(letter.source, []).append(letter)
+            try:
+                source = sources.get(letter.source)
+            except sources.UnknownSource:
+                resolution.skipped[pk] = SKIP_NO_SOURCE.format(name=letter.source)
+                continue
+            by_source.setdefault(source, []).append(letter)
     return by_source
 
 
@@ -77,8 +83,8 @@ def replay(
     resolution = Resolution()
     with transaction.atomic(using=using):
         replayed = []
-        for name, letters in classify(ids, _lock(ids, using), resolution).items():
-            results = sources.get(name).replay(letters, now=now, using=using)
+        for source, letters in classify(ids, _lock(ids, using), resolution).items():
+            results = source.replay(letters, now=now, using=using)
             for letter in letters:
                 result = results[letter.pk]
                 if isinstance(result, str):
@@ -101,8 +107,8 @@ def discard(
     ids = list(dict.fromkeys(dead_letter_ids))
     resolution = Resolution()
     with transaction.atomic(using=using):
-        for name, letters in classify(ids, _lock(ids, using), resolution).items():
-            for pk, reason in sources.get(name).discard(letters, now=now, using=using).items():
+        for source, letters in classify(ids, _lock(ids, using), resolution).items():
+            for pk, reason in source.discard(letters, now=now, using=using).items():
                 if reason is None:
                     resolution.done[pk] = None
                 else:

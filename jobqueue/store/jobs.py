@@ -18,21 +18,14 @@ from django.db import DataError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from jobqueue.listener import log_line
+from jobqueue.logfmt import log_line
 from jobqueue.models import DeadLetter, Job, JobState
 
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
-from .payloads import (
-    CLASS_PATH_CHARS,
-    MAX_MESSAGE_CHARS,
-    MAX_TRACEBACK_CHARS,
-    check_payload,
-    storable_json,
-    storable_text,
-)
+from .leases import JOBS, expired_entry
+from .payloads import check_payload, storable_json
 
-SWEEP_LIMIT = 100
 logger = logging.getLogger("jobqueue.sweep")
 
 
@@ -173,20 +166,9 @@ def sweep_expired(
 ) -> int:
     now = now or timezone.now()
     with transaction.atomic(using=using):
-        expired = list(
-            Job.objects.using(using)
-            .lease_expired(now)
-            .select_for_update(skip_locked=True)
-            .order_by("locked_until")[:SWEEP_LIMIT]
-        )
+        expired = JOBS.expired(now, using)
         for job in expired:
-            error = error_entry(
-                job,
-                class_path="jobqueue.errors.LeaseExpired",
-                message=f"lease held by {job.locked_by} expired at {job.locked_until.isoformat()}",
-                traceback="",
-                now=now,
-            )
+            error = expired_entry(job, now)
             retry = job.attempts < job.max_attempts
             _retire(
                 job,
@@ -218,26 +200,6 @@ def sweep_expired(
                 using=using,
             )
     return len(expired)
-
-
-def error_entry(job: Job, *, class_path: str, message: str, traceback: str, now: datetime) -> dict:
-    return {
-        "attempt": job.attempts,
-        "at": now.isoformat(),
-        "worker_id": job.locked_by,
-        # A class path goes to a 255-character column (DeadLetter.error_class) and, like the
-        # message, may hold anything (a class made with type()): a failure must always store.
-        "exception_class_path": storable_text(class_path, CLASS_PATH_CHARS),
-        "message": storable_text(message, MAX_MESSAGE_CHARS),
-        "traceback": storable_text(traceback, MAX_TRACEBACK_CHARS),
-    }
-
-
-def _lease_guard(job: Job, now: datetime, using: str, *, live: bool = True):
-    qs = Job.objects.using(using).filter(
-        pk=job.pk, state=JobState.RUNNING, lease_token=job.lease_token
-    )
-    return qs.filter(locked_until__gt=now) if live else qs
 
 
 def acknowledge(
@@ -282,19 +244,7 @@ def extend_leases(
     using: str = "default",
 ) -> set[int]:
     """Heartbeat: push locked_until forward for leases still ours; returns the ids kept."""
-    if not jobs:
-        return set()
-    now = now or timezone.now()
-    until = now + timedelta(seconds=lease_seconds)
-    dialect = dialects.of(using)
-    with _atomic_if(dialect.LOOPS, using):
-        kept = dialect.extend(
-            connections[using], [(job.pk, job.lease_token) for job in jobs], now=now, until=until
-        )
-    for job in jobs:
-        if job.pk in kept:
-            job.locked_until = until
-    return kept
+    return JOBS.extend(jobs, lease_seconds=lease_seconds, now=now or timezone.now(), using=using)
 
 
 def fail(
@@ -316,11 +266,9 @@ def fail(
 
 def _retire(job, error, *, retry_at, now, using, require_live_lease=True) -> bool:
     errors = [*job.errors, error]
-    guard = _lease_guard(job, now, using, live=require_live_lease)
-    cleared = {"lease_token": None, "locked_until": None, "locked_by": None, "errors": errors}
     if retry_at is not None:
-        return guard.update(state=JobState.READY, run_after=retry_at, **cleared) == 1
-    if guard.update(state=JobState.DEAD, finished_at=now, **cleared) != 1:
+        return JOBS.wait(job, errors, at=retry_at, now=now, using=using, live=require_live_lease)
+    if not JOBS.kill(job, errors, now=now, using=using, live=require_live_lease):
         return False
     job.errors = errors
     _bury(job, now=now, using=using)
@@ -352,20 +300,4 @@ def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
 
 def release(jobs: Sequence[Job], *, now: datetime | None = None, using: str = "default") -> int:
     """Give leases back on graceful shutdown: claimable at once, the attempt not counted."""
-    now = now or timezone.now()
-    released = 0
-    with transaction.atomic(using=using):
-        for job in jobs:
-            released += _lease_guard(job, now, using).update(
-                state=JobState.READY,
-                run_after=now,
-                attempts=max(job.attempts - 1, 0),
-                worker_ids=job.worker_ids[:-1],
-                lease_token=None,
-                locked_until=None,
-                locked_by=None,
-            )
-    return released
-
-
-# Dead letters: the operations a console calls. Permission checks and the audit log belong to
+    return JOBS.release(jobs, now=now or timezone.now(), using=using)

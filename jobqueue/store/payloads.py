@@ -59,7 +59,8 @@ def _refuse_unstorable(value, path: str) -> None:
 
 
 def check_payload(args, kwargs) -> tuple[str, str]:
-    """JSON only, and small: pass ids, not documents (checklist: small payloads, fresh state).
+    """JSON only, and small: pass ids, not documents, so a task reads fresh state when it runs
+    rather than a copy that went stale in the queue.
 
     Returns the two JSON texts, so an insert encodes each payload once.
     """

@@ -16,3 +16,21 @@ ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
         ELSE jobqueue_jobcounter.last_success_at
     END
 """
+
+# Per-key ordering, the rule of every outbox claim: a message with a key is claimable only if no
+# earlier message with the same key is pending or leased, so a key has at most one message in
+# flight and they go out in id order. A dead one does not hold its key back (one poison message
+# must not stop an order's whole stream until an operator acts).
+OUTBOX_KEY_IS_FREE = """(m."key" IS NULL OR NOT EXISTS (
+        SELECT 1 FROM jobqueue_outbox AS earlier
+        WHERE earlier."key" = m."key" AND earlier.id < m.id
+          AND earlier.state IN ('pending', 'leased')))"""
+
+# The guarded batch update of one claim's messages (one token), the same text on both.
+OUTBOX_MARK_PUBLISHED = """
+UPDATE jobqueue_outbox SET
+    state = 'published', published_at = %s, lease_token = NULL, locked_until = NULL,
+    locked_by = NULL
+WHERE id IN ({ids}) AND state = 'leased' AND lease_token = %s AND locked_until > %s
+RETURNING id, dead_letter_id
+"""

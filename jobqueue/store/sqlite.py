@@ -7,7 +7,9 @@ subquery reads, so it is as exclusive. Either way no other process can lease the
 the subquery cannot see a concurrent claim's rows half-updated.
 """
 
-from jobqueue.models import Job
+from jobqueue.models import Job, OutboxMessage
+
+from .sql_common import OUTBOX_KEY_IS_FREE
 
 LOOPS = True  # batches are one statement per row: run them under one write lock
 INSERT_CHUNK = 500
@@ -38,10 +40,13 @@ UPDATE jobqueue_job SET
 WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
 """
 
-EXTEND = """
-UPDATE jobqueue_job SET locked_until = %s
-WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
+_EXTEND = """
+UPDATE {table} SET locked_until = %s
+WHERE id = %s AND state = '{leased}' AND lease_token = %s AND locked_until > %s
 """
+EXTEND_JOBS = _EXTEND.format(table="jobqueue_job", leased="running")
+EXTEND_OUTBOX = _EXTEND.format(table="jobqueue_outbox", leased="leased")
+EXTEND = {"jobqueue_job": EXTEND_JOBS, "jobqueue_outbox": EXTEND_OUTBOX}
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
@@ -104,10 +109,12 @@ def acknowledge(connection, rows, *, now):
     )
 
 
-def extend(connection, leases, *, now, until):
+def extend(connection, table, leases, *, now, until):
     now, until = _ts(connection, now), _ts(connection, until)
     return _each(
-        connection, EXTEND, ((job_id, [until, job_id, token, now]) for job_id, token in leases)
+        connection,
+        EXTEND[table],
+        ((row_id, [until, row_id, token, now]) for row_id, token in leases),
     )
 
 
@@ -116,7 +123,7 @@ def insert_many(connection, jobs, *, now):
 
 
 def insert_keyed(connection, job):
-    from jobqueue.store import dumps
+    from .payloads import dumps
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -154,3 +161,50 @@ def mark_replaying(connection, rows, *, now):
     now = _ts(connection, now)
     with connection.cursor() as cursor:
         cursor.executemany(MARK_REPLAYING, [(now, job, ref, pk) for pk, job, ref in rows])
+
+
+# --- the outbox table ---------------------------------------------------------------------
+# Every store transaction is BEGIN IMMEDIATE, so a claim holds the single write lock from its
+# first read: ids follow commit order and no two relays lease the same row.
+
+OUTBOX_INSERT = """
+INSERT INTO jobqueue_outbox
+    (topic, "key", payload, state, created_at, available_at, attempts, errors)
+VALUES (%(topic)s, %(key)s, %(payload)s, 'pending', %(now)s, %(now)s, 0, '[]')
+RETURNING id
+"""
+
+OUTBOX_CLAIM = f"""
+UPDATE jobqueue_outbox SET
+    state = 'leased',
+    attempts = attempts + 1,
+    lease_token = %(token)s,
+    locked_until = %(lease_until)s,
+    locked_by = %(relay_id)s,
+    last_attempted_at = %(now)s
+WHERE id IN (
+    SELECT m.id FROM jobqueue_outbox AS m
+    WHERE m.state = 'pending' AND m.available_at <= %(now)s
+      AND {OUTBOX_KEY_IS_FREE}
+    ORDER BY m.id
+    LIMIT %(limit)s
+)
+RETURNING *
+"""
+
+
+def outbox_insert(connection, params) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(OUTBOX_INSERT, params)
+        return cursor.fetchone()[0]
+
+
+def outbox_claim(connection, params) -> list[OutboxMessage]:
+    return list(OutboxMessage.objects.raw(OUTBOX_CLAIM, params))
+
+
+def outbox_insert_jobs(connection, news, now) -> None:
+    from .jobs import enqueue_many
+
+    # No round trips to save under SQLite's write lock: the store's own enqueue.
+    enqueue_many(news, now=now, using=connection.alias)

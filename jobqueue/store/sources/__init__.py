@@ -138,3 +138,13 @@ def names() -> list[str]:
 def choices() -> list[tuple[str, str]]:
     """(name, label) of every registered source, for filters."""
     return [(name, get(name).label) for name in _paths]
+
+
+def describe(letter: DeadLetter, *, payload=None) -> Description:
+    """The letter's origin from its source; a letter of no registered source (one removed
+    from settings) is still shown, by its source's name."""
+    try:
+        source = get(letter.source)
+    except UnknownSource:
+        return Description(label=letter.source)
+    return source.describe(letter, payload=payload)
