@@ -282,7 +282,7 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         .order_by("-id")
     )
     _preload_letter_states(history)
-    origin = sources.get(letter.source).describe(letter, payload=payload)
+    origin = sources.describe(letter, payload=payload)
     return Detail(
         letter=letter,
         payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),

@@ -30,13 +30,7 @@ from .forms import (
     refusal,
 )
 from .models import Action, ReplayRun, Selection
-
-VIEW = "deadletters.view_deadletter"
-ACTION_PERMISSION = {
-    Action.REPLAY: "deadletters.replay_deadletter",
-    Action.DISCARD: "deadletters.discard_deadletter",
-}
-POISON = "deadletters.replay_poisoned"
+from .roles import ACTION_PERMISSION, POISON, VIEW
 
 
 def console_view(view):

@@ -272,3 +272,24 @@ def ensure_migrated():
         raise CommandError(
             f"the database has unapplied migrations ({names}...): run `manage.py migrate` first"
         )
+
+
+def add_loop_arguments(parser, *, defaults: str, id_dest: str, id_help: str):
+    """The options every long-running command shares: --log-level, --lease, --poll and --id
+    (`defaults` says where the unset ones come from)."""
+    add_log_level_argument(parser)
+    parser.add_argument(
+        "--lease",
+        type=LEASE,
+        default=None,
+        metavar="SECONDS",
+        help=f"Lease length of each claim (default {defaults}).",
+    )
+    parser.add_argument(
+        "--poll",
+        type=POLL,
+        default=None,
+        metavar="SECONDS",
+        help=f"Polling interval when idle (default {defaults}).",
+    )
+    parser.add_argument("--id", dest=id_dest, type=PROCESS_ID, default=None, help=id_help)

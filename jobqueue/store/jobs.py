@@ -24,7 +24,7 @@ from jobqueue.models import DeadLetter, Job, JobState
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
 from .leases import JOBS, expired_entry
-from .payloads import check_payload, storable_json
+from .payloads import check_payload, dumps, storable_json
 
 logger = logging.getLogger("jobqueue.sweep")
 
@@ -74,7 +74,7 @@ def enqueue_many(
             dialect.insert_many(connection, keyless, now=now)
         woken = set()
         for i, job in keyed:
-            job_id = dialect.insert_keyed(connection, job)
+            job_id = _insert_keyed(connection, dialect, job)
             if job_id is None:
                 existing = (
                     Job.objects.using(using)
@@ -88,6 +88,29 @@ def enqueue_many(
                     woken.add(job.queue_name)
         dialect.notify(connection, woken)
     return results
+
+
+def _insert_keyed(connection, dialect, job: Job) -> int | None:
+    """One keyed job, unless a live job holds its key (None then): the dialect's INSERT_KEYED."""
+    ts = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            dialect.INSERT_KEYED,
+            [
+                job.task_path,
+                job.queue_name,
+                job.priority,
+                job.backend,
+                dumps(job.args),
+                dumps(job.kwargs),
+                job.idempotency_key,
+                ts(job.run_after),
+                job.max_attempts,
+                ts(job.enqueued_at),
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 def _job_from(n: NewJob, now: datetime) -> Job:

@@ -196,29 +196,6 @@ def extend(connection, table, leases, *, now, until):
         return {row[0] for row in cursor.fetchall()}
 
 
-def insert_keyed(connection, job):
-    from .payloads import dumps
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            INSERT_KEYED,
-            [
-                job.task_path,
-                job.queue_name,
-                job.priority,
-                job.backend,
-                dumps(job.args),
-                dumps(job.kwargs),
-                job.idempotency_key,
-                job.run_after,
-                job.max_attempts,
-                job.enqueued_at,
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
-
-
 def notify(connection, queues):
     """Wake listening workers; PostgreSQL delivers the notification only if we commit."""
     if not queues:

@@ -122,29 +122,6 @@ def insert_many(connection, jobs, *, now):
     Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
 
 
-def insert_keyed(connection, job):
-    from .payloads import dumps
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            INSERT_KEYED,
-            [
-                job.task_path,
-                job.queue_name,
-                job.priority,
-                job.backend,
-                dumps(job.args),
-                dumps(job.kwargs),
-                job.idempotency_key,
-                _ts(connection, job.run_after),
-                job.max_attempts,
-                _ts(connection, job.enqueued_at),
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
-
-
 def notify(connection, queues):
     """SQLite has no notifications: workers poll."""
 

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from deadletters import conf, redaction, selectors, services
 from deadletters.models import Action, ReplayRun
-from deadletters.views import ACTION_PERMISSION, POISON, VIEW
+from deadletters.roles import ACTION_PERMISSION, POISON, VIEW
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import DeadLetter, DeadLetterState

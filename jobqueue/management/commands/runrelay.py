@@ -6,7 +6,12 @@ class Command(cli.Command):
     help = "Run an outbox relay: claim unpublished messages, publish them, mark them published."
 
     def add_arguments(self, parser):
-        cli.add_log_level_argument(parser)
+        cli.add_loop_arguments(
+            parser,
+            defaults="settings.OUTBOX",
+            id_dest="relay_id",
+            id_help="Relay identity in leases and logs.",
+        )
         parser.add_argument(
             "--batch",
             type=cli.integer(1, 10_000),
@@ -14,28 +19,7 @@ class Command(cli.Command):
             help="Messages claimed per round trip (default settings.OUTBOX BATCH_SIZE).",
         )
         parser.add_argument(
-            "--lease",
-            type=cli.LEASE,
-            default=None,
-            metavar="SECONDS",
-            help="Lease length of each claim (default settings.OUTBOX LEASE_SECONDS).",
-        )
-        parser.add_argument(
-            "--poll",
-            type=cli.POLL,
-            default=None,
-            metavar="SECONDS",
-            help="Polling interval when idle (default settings.OUTBOX POLL_INTERVAL).",
-        )
-        parser.add_argument(
             "--burst", action="store_true", help="Exit 0 once no message is claimable."
-        )
-        parser.add_argument(
-            "--id",
-            dest="relay_id",
-            type=cli.PROCESS_ID,
-            default=None,
-            help="Relay identity in leases and logs.",
         )
 
     def handle(self, *args, **opts):

@@ -15,7 +15,12 @@ class Command(cli.Command):
     help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
 
     def add_arguments(self, parser):
-        cli.add_log_level_argument(parser)
+        cli.add_loop_arguments(
+            parser,
+            defaults="settings.JOBQUEUE",
+            id_dest="worker_id",
+            id_help="Worker identity in leases and logs (default host:pid:random).",
+        )
         parser.add_argument(
             "--queue",
             "-q",
@@ -46,32 +51,11 @@ class Command(cli.Command):
             help="Exit after claiming this many jobs and finishing them.",
         )
         parser.add_argument(
-            "--lease",
-            type=cli.LEASE,
-            default=None,
-            metavar="SECONDS",
-            help="Lease length of each claim (default settings.JOBQUEUE).",
-        )
-        parser.add_argument(
             "--grace",
             type=cli.number(0, 86400, unit="seconds"),
             default=30.0,
             metavar="SECONDS",
             help="How long a stop waits for running jobs (default 30).",
-        )
-        parser.add_argument(
-            "--poll",
-            type=cli.POLL,
-            default=None,
-            metavar="SECONDS",
-            help="Polling interval when idle (default settings.JOBQUEUE).",
-        )
-        parser.add_argument(
-            "--id",
-            dest="worker_id",
-            type=cli.PROCESS_ID,
-            default=None,
-            help="Worker identity in leases and logs (default host:pid:random).",
         )
         parser.add_argument(
             "--relay",
