@@ -4,7 +4,7 @@ import json
 
 from jobqueue.models import Job, OutboxMessage
 
-from .sql_common import OUTBOX_KEY_IS_FREE
+from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
 
 NOTIFY_CHANNEL = "jobqueue"
 LOOPS = False  # batches are single statements
@@ -56,9 +56,7 @@ WHERE t.id = v.id AND t.state = '{leased}' AND t.lease_token = v.token
   AND t.locked_until > %(now)s
 RETURNING t.id
 """
-EXTEND_JOBS = _EXTEND.format(table="jobqueue_job", leased="running")
-EXTEND_OUTBOX = _EXTEND.format(table="jobqueue_outbox", leased="leased")
-EXTEND = {"jobqueue_job": EXTEND_JOBS, "jobqueue_outbox": EXTEND_OUTBOX}
+EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (

@@ -1,5 +1,8 @@
 """Statements whose text is the same on PostgreSQL and SQLite, named once."""
 
+# The leased tables and the state each calls "leased" (jobqueue.store.leases.JOBS, OUTBOX).
+LEASED = {"jobqueue_job": "running", "jobqueue_outbox": "leased"}
+
 COUNTERS_UPSERT = """
 INSERT INTO jobqueue_jobcounter
     (minute, queue_name, task_path, succeeded, failed, dead, last_success_at)

@@ -9,7 +9,7 @@ the subquery cannot see a concurrent claim's rows half-updated.
 
 from jobqueue.models import Job, OutboxMessage
 
-from .sql_common import OUTBOX_KEY_IS_FREE
+from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
 
 LOOPS = True  # batches are one statement per row: run them under one write lock
 INSERT_CHUNK = 500
@@ -44,9 +44,7 @@ _EXTEND = """
 UPDATE {table} SET locked_until = %s
 WHERE id = %s AND state = '{leased}' AND lease_token = %s AND locked_until > %s
 """
-EXTEND_JOBS = _EXTEND.format(table="jobqueue_job", leased="running")
-EXTEND_OUTBOX = _EXTEND.format(table="jobqueue_outbox", leased="leased")
-EXTEND = {"jobqueue_job": EXTEND_JOBS, "jobqueue_outbox": EXTEND_OUTBOX}
+EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
