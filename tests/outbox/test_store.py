@@ -188,3 +188,14 @@ def test_prune_deletes_old_published_rows_and_never_unpublished_ones():
     assert OutboxMessage.objects.count() == 5
     assert outbox_store.prune(older_than=timedelta(days=7), now=at(30 * 86400)) == 0
     del leased
+
+
+def test_a_failure_with_an_overlong_class_path_still_dead_letters():
+    """The outbox records errors through the same entry as jobs: a class path longer than the
+    dead letter's 255-character column (a class made with type()) is cut to fit, not refused."""
+    publish()
+    [message] = claim(at(0))
+    entry = error(message, at(0), cls="x." * 200 + "Unavailable")
+    letter = outbox_store.bury(message, entry, max_attempts=3, now=at(0))
+    letter.refresh_from_db()
+    assert len(letter.error_class) <= 255 and letter.error_class.endswith("Unavailable")
