@@ -136,9 +136,9 @@ def claim_sql() -> str:
     import django
 
     django.setup()
-    from jobqueue.store.outbox import PostgreSQL
+    from jobqueue.store import postgresql
 
-    return PostgreSQL.CLAIM.replace("RETURNING m.*", "RETURNING m.id, m.payload")
+    return postgresql.OUTBOX_CLAIM.replace("RETURNING m.*", "RETURNING m.id, m.payload")
 
 
 def claim(conn, batch: int):
@@ -150,7 +150,7 @@ def claim(conn, batch: int):
 def floor_jobs(n: int, batch: int) -> float:
     """The relay's own statements to jobs with nothing around them: claim; insert; mark."""
     claim_sql()  # sets Django up
-    from jobqueue.store.outbox import PostgreSQL
+    from jobqueue.store import postgresql
 
     started, done = time.monotonic(), 0
     with raw() as conn:
@@ -162,7 +162,7 @@ def floor_jobs(n: int, batch: int) -> float:
                 conn.execute(MARK, ([r[0] for r in rows], token))
                 size = len(rows)
                 conn.execute(
-                    PostgreSQL.INSERT_JOBS,
+                    postgresql.OUTBOX_INSERT_JOBS,
                     {
                         "now": datetime.now(UTC),
                         "task_paths": [TASK_PATH] * size,

@@ -1,6 +1,5 @@
 from django.apps import AppConfig
 from django.core import checks
-from django.db.models.signals import post_migrate
 
 
 class DeadlettersConfig(AppConfig):
@@ -9,30 +8,33 @@ class DeadlettersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        post_migrate.connect(_ensure_counters, sender=self)
         from . import checks as deadletters_checks
 
         checks.register(deadletters_checks.replay_settings)
         checks.register(deadletters_checks.console_setup)
-        # The health figures count pending dead letters through our trigger-kept counters
-        # (jobqueue, which imports nothing from us, would otherwise count the big table).
+        # Queue health counts pending dead letters through our trigger-kept counters (jobqueue,
+        # which imports nothing from us, would otherwise count the big table); jobqueue asks
+        # them to restore their triggers after each migrate.
         from jobqueue import health
 
-        from . import counters
-        from .sources import django_q2
+        from . import counters, django_q2_bridge
 
-        health.count_dead_letters = counters.pending_by_queue_and_task
-        django_q2.connect()
+        health.register_dead_letter_counter(
+            health.DeadLetterCounter(
+                count=counters.pending_by_queue_and_task, ensure=counters.ensure_if_migrated
+            )
+        )
+        register_sources()
+        django_q2_bridge.connect()
 
 
-def _ensure_counters(sender, using, plan=None, **kwargs):
-    from django.db import connections
-    from django.db.migrations.recorder import MigrationRecorder
+def register_sources():
+    """A source named in SOURCES by its dotted path is one of the host's own: a
+    jobqueue.store.sources.Source, registered so replays, discards and the console reach it."""
+    from jobqueue.store import sources
 
-    connection = connections[using]
-    applied = MigrationRecorder(connection).applied_migrations()
-    if ("deadletters", "0004_pending_count_queue") not in applied:
-        return  # migrated backwards (or not yet); the migration installs them
-    from . import counters
+    from . import conf
 
-    counters.ensure(connection)
+    for name in conf.get("SOURCES"):
+        if "." in name:
+            sources.register(name)

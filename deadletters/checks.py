@@ -31,7 +31,6 @@ def replay_settings(app_configs=None, **kwargs):
 
 
 HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
-KNOWN_SOURCES = {"jobqueue": None, "django_q2": ("django_q", "redrive[django-q2]")}
 
 
 def console_setup(app_configs=None, **kwargs):
@@ -41,6 +40,7 @@ def console_setup(app_configs=None, **kwargs):
     from django.conf import settings
 
     from jobqueue.checks import installed
+    from jobqueue.store import sources
 
     found = []
     if HTMX_MIDDLEWARE not in settings.MIDDLEWARE:
@@ -60,16 +60,18 @@ def console_setup(app_configs=None, **kwargs):
             )
         )
     for source in conf.get("SOURCES"):
-        if source not in KNOWN_SOURCES:
+        try:
+            needs = (sources.register(source) if "." in source else sources.get(source)).requires
+        except (ImportError, TypeError, sources.UnknownSource) as exc:
             found.append(
                 checks.Error(
-                    f"Unknown dead-letter source {source!r}.",
-                    hint=f"Sources are {', '.join(sorted(KNOWN_SOURCES))}.",
+                    f"Unknown dead-letter source {source!r}: {exc}",
+                    hint=f"Sources are {', '.join(sorted(sources.names()))}, or the dotted path "
+                    "of a jobqueue.store.sources.Source.",
                     id="redrive.E005",
                 )
             )
             continue
-        needs = KNOWN_SOURCES[source]
         if needs and not installed(needs[0]):
             found.append(
                 checks.Error(

@@ -9,7 +9,8 @@ rolls back with its change, whoever makes it (store, admin, psql).
 Decrements only UPDATE existing rows, so deleting the tables in either order (a test flush)
 never leaves a negative count behind.
 
-`ensure` runs from migration 0003 and after every `migrate` (apps.py): SQLite rebuilds a table
+`ensure` runs from migration 0004 and after every `migrate` (registered with jobqueue.health as
+its dead-letter counter, whose `ensure` jobqueue runs after migrating): SQLite rebuilds a table
 for many schema changes and drops its triggers with it, so a later jobqueue migration must not
 silently stop the counting. Whenever the triggers are (re)created the counts are rebuilt from
 the table in the same transaction (the hourly ones from the current rows of the last 48 hours).
@@ -174,6 +175,17 @@ def pending_by_queue_and_task() -> dict[tuple[str, str], int]:
         .annotate(n=Sum("pending"))
     )
     return {(queue, task): n for queue, task, n in rows}
+
+
+def ensure_if_migrated(connection) -> bool:
+    """`ensure`, once this app's migrations have made the tables the triggers write (a database
+    migrated backwards, or not yet, gets them from migration 0004)."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    applied = MigrationRecorder(connection).applied_migrations()
+    if ("deadletters", "0004_pending_count_queue") not in applied:
+        return False
+    return ensure(connection)
 
 
 def reinstall(connection) -> None:

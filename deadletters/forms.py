@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from jobqueue.models import DeadLetterState
+from jobqueue.store import sources
 
 from . import conf
 from .models import Action
@@ -120,12 +121,7 @@ class FilterForm(forms.Form):
     )
     source = forms.ChoiceField(
         required=False,
-        choices=[
-            ("", "Any source"),
-            ("jobqueue", "jobqueue"),
-            ("outbox", "outbox"),
-            ("django_q2", "django-q2"),
-        ],
+        choices=lambda: [("", "Any source"), *sources.choices()],
     )
     q = forms.CharField(
         required=False,

@@ -1,21 +1,31 @@
-"""Operator roles: a group per role holding the console's permissions."""
+"""The console's permissions, and operator roles: a group per role holding them.
+
+Every state-changing view and CLI action checks one of these on the server.
+"""
 
 from django.contrib.auth.models import Group, Permission
 
+from .models import Action
+from .redaction import REVEAL_PERMISSION
+
+VIEW = "deadletters.view_deadletter"
+ACTION_PERMISSION = {
+    Action.REPLAY: "deadletters.replay_deadletter",
+    Action.DISCARD: "deadletters.discard_deadletter",
+}
+# Replay items past the poison limit (conf MAX_REPLAYS).
+POISON = "deadletters.replay_poisoned"
+
 ROLE_PERMISSIONS = {
-    "viewer": ["deadletters.view_deadletter"],
-    "operator": [
-        "deadletters.view_deadletter",
-        "deadletters.replay_deadletter",
-        "deadletters.discard_deadletter",
-    ],
+    "viewer": [VIEW],
+    "operator": [VIEW, ACTION_PERMISSION[Action.REPLAY], ACTION_PERMISSION[Action.DISCARD]],
     "admin": [
-        "deadletters.view_deadletter",
-        "deadletters.replay_deadletter",
-        "deadletters.discard_deadletter",
-        "deadletters.replay_poisoned",
+        VIEW,
+        ACTION_PERMISSION[Action.REPLAY],
+        ACTION_PERMISSION[Action.DISCARD],
+        POISON,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
-        "deadletters.view_secrets",
+        REVEAL_PERMISSION,
         # The read-only admin pages of the queue and the audit log.
         "jobqueue.view_deadletter",
         "deadletters.view_replayrun",

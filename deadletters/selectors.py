@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job
-from jobqueue.store import django_q2 as q2_store
+from jobqueue.store import sources
 
 from . import conf, redaction
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
@@ -265,7 +265,8 @@ class Detail:
     original_job: Job | None
     replay_jobs: list[Job]
     history: list[ReplayItem]
-    payload_summarised: bool = False  # django-q2 arguments shown as `$not_json` summaries
+    payload_summarised: bool = False  # arguments shown as `$not_json` summaries
+    origin: sources.Description | None = None  # what the letter's source says of it
 
     @property
     def attempt_groups(self) -> list[AttemptGroup]:
@@ -285,6 +286,7 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         .order_by("-id")
     )
     _preload_letter_states(history)
+    origin = sources.describe(letter, payload=payload)
     return Detail(
         letter=letter,
         payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),
@@ -292,7 +294,8 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         if letter.original_job_id
         else None,
         replay_jobs=list(letter.replay_jobs.order_by("id")),
-        payload_summarised=letter.source == "django_q2" and q2_store.has_summary(payload),
+        payload_summarised=origin.payload_summarised,
+        origin=origin,
         history=history,
     )
 

@@ -32,13 +32,8 @@ from .forms import (
     refusal,
 )
 from .models import Action, ReplayRun, Selection
+from .roles import ACTION_PERMISSION, POISON, VIEW
 
-VIEW = "deadletters.view_deadletter"
-ACTION_PERMISSION = {
-    Action.REPLAY: "deadletters.replay_deadletter",
-    Action.DISCARD: "deadletters.discard_deadletter",
-}
-POISON = "deadletters.replay_poisoned"
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 
 
@@ -208,9 +203,15 @@ def _permissions(user):
         "can_discard": user.has_perm(ACTION_PERMISSION[Action.DISCARD]),
         "can_replay_poisoned": user.has_perm(POISON),
         "can_reveal": user.has_perm(redaction.REVEAL_PERMISSION),
-        # django-q2's admin page opens only for staff holding its view permission: no link
-        # that leads anyone else to "not authorized".
-        "can_open_q2_admin": user.is_staff and user.has_perm("django_q.view_failure"),
+    }
+
+
+def _detail_permissions(user, detail):
+    link = detail.origin.link
+    return {
+        **_permissions(user),
+        # A link to the letter's original (django-q2's admin page) only for who can open it.
+        "can_follow_origin_link": link is not None and link.open_to(user),
     }
 
 
@@ -224,7 +225,7 @@ def letter_detail(request, pk):
     return render(
         request,
         "deadletters/detail.html",
-        {"d": detail, "letter": detail.letter, **_permissions(request.user)},
+        {"d": detail, "letter": detail.letter, **_detail_permissions(request.user, detail)},
     )
 
 
@@ -243,7 +244,12 @@ def reveal(request, pk):
     return render(
         request,
         "deadletters/detail.html",
-        {"d": detail, "letter": detail.letter, "revealed": True, **_permissions(request.user)},
+        {
+            "d": detail,
+            "letter": detail.letter,
+            "revealed": True,
+            **_detail_permissions(request.user, detail),
+        },
     )
 
 

@@ -1,4 +1,4 @@
-"""The demo's django-q2 task type, for the bridge (deadletters/sources/django_q2.py).
+"""The demo's django-q2 task type, for the bridge (deadletters/django_q2_bridge.py).
 
 A plain function queued with `django_q.tasks.async_task`, run by `manage.py qcluster`: django-q2
 retries it when its broker lock expires and, after Q_CLUSTER["max_attempts"], the bridge makes

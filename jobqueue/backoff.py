@@ -1,4 +1,5 @@
-"""Retry delays: capped exponential backoff with equal jitter (seed 004).
+"""Retry delays: capped exponential backoff with equal jitter, so a failing dependency sees
+retries spread out and bounded, never a retry storm.
 
 Equal jitter keeps half of each step fixed, so a retry never comes back at once after a failure
 (full jitter can pick ~0 s and hammer a dependency that just fell over) while the random half

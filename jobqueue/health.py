@@ -1,4 +1,5 @@
-"""Queue health: what seeds 002 and 004 ask operators to watch, from indexed queries only.
+"""Queue health: backlog, oldest wait, leases, retries, failure rates and dead letters per queue
+and task, from indexed queries only.
 
 Live rows (ready, running) are read through the partial indexes on them; finished history is
 never scanned: throughput and failure rates come from the per-minute counters the workers keep,
@@ -7,6 +8,7 @@ dead letters pending from the partial index on pending rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 
@@ -19,7 +21,7 @@ from jobqueue.models import DeadLetter, DeadLetterState, Job, JobCounter, JobSta
 
 def count_pending_dead_letters() -> dict[tuple[str, str], int]:
     """Pending dead letters per (queue, task) by counting rows: right, but it reads every
-    pending row. The console replaces it (count_dead_letters) with its trigger-kept counters."""
+    pending row."""
     rows = (
         DeadLetter.objects.filter(state=DeadLetterState.PENDING)
         .values_list("queue_name", "task_path")
@@ -28,7 +30,35 @@ def count_pending_dead_letters() -> dict[tuple[str, str], int]:
     return {(queue, task): n for queue, task, n in rows}
 
 
-count_dead_letters = count_pending_dead_letters
+@dataclass(frozen=True)
+class DeadLetterCounter:
+    """Exact pending counts kept by another app, the hook through which jobqueue (which imports
+    no other app) reads them: `count` gives pending dead letters per (queue, task); `ensure`,
+    given a connection, restores whatever keeps them exact (triggers on jobqueue_deadletter, say)
+    and runs after every `migrate`, since a jobqueue migration may rebuild that table on SQLite
+    and so drop its triggers. The console registers its trigger-kept counters here."""
+
+    count: Callable[[], dict[tuple[str, str], int]]
+    ensure: Callable[[object], object] | None = None
+
+
+_counter: DeadLetterCounter | None = None
+
+
+def register_dead_letter_counter(counter: DeadLetterCounter | None) -> None:
+    """Count pending dead letters with `counter` (None: count the rows again)."""
+    global _counter
+    _counter = counter
+
+
+def count_dead_letters() -> dict[tuple[str, str], int]:
+    return _counter.count() if _counter is not None else count_pending_dead_letters()
+
+
+def ensure_dead_letter_counter(connection) -> None:
+    """After jobqueue's schema may have changed: let the registered counter restore itself."""
+    if _counter is not None and _counter.ensure is not None:
+        _counter.ensure(connection)
 
 
 @dataclass

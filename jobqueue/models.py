@@ -238,7 +238,8 @@ class JobCounter(models.Model):
 
 
 class Execution(models.Model):
-    """An idempotency key recorded in the same transaction as the work it guards (seed 000)."""
+    """An idempotency key recorded in the same transaction as the work it guards: the work and
+    the record commit together or not at all, so a job run twice does its effect once."""
 
     idempotency_key = models.CharField(max_length=255, primary_key=True)
     job_type = models.CharField(max_length=255, blank=True, default="")
@@ -257,7 +258,8 @@ class OutboxState(models.TextChoices):
 
 
 class OutboxMessage(models.Model):
-    """A message recorded in the caller's transaction, published later by a relay (seed 000).
+    """A message recorded in the caller's transaction, published later by a relay: no message
+    without its write, no write without its message.
 
     The row id is the message id every destination sees, so a republish after a crash carries the
     same id. Messages with the same `key` are published one at a time in id order.

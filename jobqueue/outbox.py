@@ -134,7 +134,7 @@ def publish(topic: str, payload: dict, *, key: str | None = None, using: str = "
     exists if and only if that change commits.
     """
     from jobqueue import store
-    from jobqueue.store import outbox as outbox_store
+    from jobqueue.store import outbox_messages as outbox_store
 
     if not isinstance(topic, str) or not topic or len(topic) > 255:
         raise ValueError("topic must be a non-empty string of at most 255 characters")

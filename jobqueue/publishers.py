@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from jobqueue import store
 from jobqueue.errors import PermanentError, RateLimited, TransientError
-from jobqueue.listener import FaultPoints
+from jobqueue.loop import FaultPoints
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import setting, subscribers_for
 
@@ -135,7 +135,7 @@ class JobsPublisher(Publisher):
         return jobs, failed
 
     def write(self, jobs: Sequence[store.NewJob]):
-        from jobqueue.store import outbox as outbox_store
+        from jobqueue.store import outbox_messages as outbox_store
 
         outbox_store.enqueue_jobs(jobs, using=self.using)
 

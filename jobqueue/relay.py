@@ -39,10 +39,12 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
-from jobqueue.listener import FaultPoints, Listener, Loop, log_line, logfmt, process_id
+from jobqueue.listener import Listener
+from jobqueue.logfmt import log_line, logfmt
+from jobqueue.loop import FaultPoints, Loop, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
-from jobqueue.store import outbox as outbox_store
+from jobqueue.store import outbox_messages as outbox_store
 
 logger = logging.getLogger("jobqueue.relay")
 

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import traceback as tb
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -49,7 +49,9 @@ from jobqueue.errors import (
     class_path,
     classify,
 )
-from jobqueue.listener import FaultPoints, Listener, Loop, logfmt, process_id
+from jobqueue.listener import Listener
+from jobqueue.logfmt import logfmt
+from jobqueue.loop import FaultPoints, Loop, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
@@ -87,6 +89,87 @@ class Held:
     lost: bool = False
     thread: threading.Thread | None = None  # the handler running it
     returned: bool = False  # its handler is done; the outcome waits to be settled
+
+
+class LeaseTable(Mapping):
+    """The jobs this worker holds leases on, by id: read like a dict, changed only through the
+    verbs below, under one lock shared by the main thread and the handler threads.
+
+    hold (claimed) → start (a handler took it) → returned (its outcome is queued) → finish
+    (settled or released); lose (the heartbeat found the lease gone); abandon (past its timeout).
+    """
+
+    def __init__(self):
+        self._held: dict[int, Held] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, job_id: int) -> Held:
+        return self._held[job_id]
+
+    def __iter__(self):
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, job: Job) -> None:
+        with self._lock:
+            self._held[job.pk] = Held(job)
+
+    def start(
+        self, job: Job, thread: threading.Thread | None, *, handback: Callable | None = None
+    ) -> Held | None:
+        """A handler may run `job`: only this very claim, still ours and not begun (a lease
+        lost, then claimed again, leaves a second copy of the job in the inbox). With
+        `handback` (the worker is stopping) such a claim is not begun but handed to it."""
+        with self._lock:
+            held = self._held.get(job.pk)
+            if held is None or held.lost or held.job is not job or held.started is not None:
+                return None
+            if handback is not None:
+                handback(job)
+                return None
+            held.thread = thread
+            held.started = time.monotonic()
+            return held
+
+    def returned(self, held: Held) -> None:
+        held.returned = True
+
+    def lose(self, job: Job) -> None:
+        """The lease is gone. A job not begun is forgotten now (the handler skips it; nothing
+        would report back for it); a running one is marked, its outcome dropped on return."""
+        with self._lock:
+            held = self._held.get(job.pk)
+            if held is None:
+                return
+            if held.started is None:
+                del self._held[job.pk]
+            else:
+                held.lost = True
+
+    def finish(self, job_id: int) -> Held | None:
+        """Settled, released or dropped: no longer ours to vouch for."""
+        with self._lock:
+            return self._held.pop(job_id, None)
+
+    def abandon(self, job_id: int) -> Held | None:
+        """Past its timeout: forgotten while its handler may still be running it."""
+        return self.finish(job_id)
+
+    def live_jobs(self) -> list[Job]:
+        """The jobs whose leases the heartbeat extends."""
+        with self._lock:
+            return [h.job for h in self._held.values() if not h.lost]
+
+    def running(self) -> list[Held]:
+        """Begun and not returned: what a timeout may apply to."""
+        with self._lock:
+            return [h for h in self._held.values() if h.started is not None and not h.returned]
+
+    def jobs(self) -> list[Job]:
+        with self._lock:
+            return [h.job for h in self._held.values()]
 
 
 @dataclass
@@ -148,7 +231,7 @@ class Worker(Loop):
             who="jobqueue", kind="worker", ident=self.worker_id, using=using, log=logger
         )
 
-        self.held: dict[int, Held] = {}
+        self.held = LeaseTable()
         self.tasks = TaskCache()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
@@ -158,7 +241,6 @@ class Worker(Loop):
         self._handler_serial = 1
         # Handler threads given up on (a job past its timeout): each exits once its job returns.
         self._abandoned: set[threading.Thread] = set()
-        self._start_lock = threading.Lock()
         self.exit_code = 0
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
@@ -166,6 +248,8 @@ class Worker(Loop):
         self.started_at = timezone.now()
         self._tallies: dict[tuple, store.Tally] = {}
         self._last_record = 0.0
+        self._claimed_empty = False  # burst mode: the last claim found nothing
+        self._main_thread: int | None = None  # set by run(): only its connection is configured
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -292,7 +376,7 @@ class Worker(Loop):
                 )
             for job in jobs:
                 self.stats.claimed += 1
-                self.held[job.pk] = Held(job)
+                self.held.hold(job)
                 log_event("claimed", job, worker=self.worker_id)
                 self.inbox.put(job)
             progressed = progressed or bool(jobs)
@@ -324,7 +408,7 @@ class Worker(Loop):
             return False
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return True
-        return self.burst and getattr(self, "_claimed_empty", False)
+        return self.burst and self._claimed_empty
 
     def _idle_timeout(self) -> float:
         timeout = self.poll_interval
@@ -346,7 +430,7 @@ class Worker(Loop):
                 self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
                 self.wake.clear()
         if self.held:
-            self._release([h.job for h in self.held.values()], reason="grace period over")
+            self._release(self.held.jobs(), reason="grace period over")
 
     def _forget(self):
         """A clean exit: flush the last tallies and remove this worker's record."""
@@ -377,7 +461,7 @@ class Worker(Loop):
             logger.warning("event=release_failed count=%d error=%s", len(jobs), logfmt(exc))
             released = 0
         for job in jobs:
-            self.held.pop(job.pk, None)
+            self.held.finish(job.pk)
             log_event("released", job, reason=reason)
         logger.info("event=leases_released count=%d of=%d", released, len(jobs))
 
@@ -393,20 +477,14 @@ class Worker(Loop):
                 if me in self._abandoned:  # given up on while it waited: not its job any more
                     self.inbox.put(job)
                     return
-                with self._start_lock:  # against the heartbeat forgetting the job meanwhile
-                    held = self.held.get(job.pk)
-                    # The entry must be this very claim: a lease lost, then claimed again,
-                    # leaves a second copy of the job in the inbox.
-                    if held is None or held.lost or held.job is not job or held.started is not None:
-                        continue
-                    if self.stopping:
-                        self.returned.put(job)  # not started: _drain hands its lease back
-                        continue
-                    held.thread = me
-                    held.started = time.monotonic()
+                # Once stopping, a job not started goes back for _drain to hand its lease back.
+                handback = self.returned.put if self.stopping else None
+                held = self.held.start(job, me, handback=handback)
+                if held is None:
+                    continue
                 try:
                     outcome = self._execute(job)
-                    held.returned = True
+                    self.held.returned(held)
                     self.finished.put(outcome)
                 finally:
                     self.wake.set()
@@ -489,7 +567,7 @@ class Worker(Loop):
             if held is None:
                 continue  # already given up on (timeout) or released
             if held.lost:
-                self.held.pop(fin.job_id)
+                self.held.finish(fin.job_id)
                 continue
             self._duration_ema += 0.1 * (fin.duration - self._duration_ema)
             (failed if fin.error else done).append((held, fin))
@@ -506,7 +584,7 @@ class Worker(Loop):
                     duration=fin.duration,
                     permanent=fin.permanent,
                 )
-                self.held.pop(held.job.pk, None)
+                self.held.finish(held.job.pk)
                 failed.pop(0)
         except DatabaseError:
             for _, fin in done + failed:
@@ -548,14 +626,14 @@ class Worker(Loop):
                     duration=fin.duration,
                     permanent=True,
                 )
-                self.held.pop(held.job.pk, None)
+                self.held.finish(held.job.pk)
             else:
                 self._settle_acknowledged([(held, fin)], acked)
             done.pop(0)
 
     def _settle_acknowledged(self, done, acked):
         for held, fin in done:
-            self.held.pop(held.job.pk, None)
+            self.held.finish(held.job.pk)
             job = held.job
             if job.pk in acked:
                 self.stats.succeeded += 1
@@ -693,7 +771,7 @@ class Worker(Loop):
         if not self.held or now_mono - self._last_heartbeat < self.lease_seconds / 3:
             return
         self._last_heartbeat = now_mono
-        jobs = [h.job for h in self.held.values() if not h.lost]
+        jobs = self.held.live_jobs()
         fault_point("heartbeat")
         kept = store.extend_leases(
             jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
@@ -701,19 +779,11 @@ class Worker(Loop):
         for job in jobs:
             if job.pk not in kept:
                 self._lease_lost(job, "heartbeat")
-                with self._start_lock:
-                    if self.held[job.pk].started is None:
-                        # Not begun: forget it now (the handler skips it); nothing would
-                        # report back for it.
-                        del self.held[job.pk]
-                    else:
-                        self.held[job.pk].lost = True  # its outcome is dropped when it returns
+                self.held.lose(job)
 
     def _enforce_timeouts(self):
         now_mono = time.monotonic()
-        for held in list(self.held.values()):
-            if held.started is None or held.returned:
-                continue
+        for held in self.held.running():
             timeout = getattr(self.tasks.get(held.job.task_path), "timeout", None)
             if timeout and now_mono - held.started > timeout:
                 # Python cannot interrupt the thread; we stop vouching for the job instead.
@@ -727,7 +797,7 @@ class Worker(Loop):
                         duration=now_mono - held.started,
                     )
                     self.stats.timeouts += 1
-                self.held.pop(held.job.pk)
+                self.held.abandon(held.job.pk)
                 self._abandon(held.thread)
 
     def _abandon(self, thread: threading.Thread | None):

@@ -8,12 +8,20 @@ one way a command refuses later (after looking something up). A reader that goes
 
 import argparse
 import contextlib
+import logging
 import math
 import os
 import re
 import sys
+import time
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+from django.db.migrations.executor import MigrationExecutor
+
+from jobqueue.logfmt import logfmt
+from jobqueue.loop import first_line, next_backoff
+from jobqueue.models import WorkerRecord
 
 # The largest id a bigint column holds; a larger one overflows SQLite's and PostgreSQL's integer.
 MAX_ID = 2**63 - 1
@@ -190,3 +198,98 @@ def _with_subparsers(parser):
 def more_rows(count: int) -> str:
     """The line a listing ends with when it stopped at its limit."""
     return f"… {count} more; use --limit"
+
+
+# --- the long-running commands (runworker, runrelay) ------------------------------------
+
+# The logger of every event line (worker, relay, store).
+EVENTS = logging.getLogger("jobqueue")
+
+
+def show_event_lines(level: str | int | None = None) -> logging.Logger:
+    """Make the worker's and relay's event lines visible, as other queues' worker commands do.
+
+    A host that configured logging for `jobqueue` (or the root logger) keeps its configuration,
+    except for an explicit `level` (the commands' --log-level). Otherwise, as under Django's
+    default LOGGING, lines go to stderr at INFO: a worker whose events vanish is a silent
+    failure."""
+    if level is not None and not isinstance(level, int):
+        level = logging.getLevelNamesMapping()[str(level).upper()]
+    logger = EVENTS
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    if level is not None:
+        logger.setLevel(level)
+    return logger
+
+
+def add_log_level_argument(parser):
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        default=None,
+        help="Level of the event lines (default INFO, or what the project's LOGGING sets).",
+    )
+
+
+# Bounds of the worker's and the relay's options: beyond them a value is a typo (a week-long
+# lease, a thousand handler threads each holding a database connection) or overflows.
+RELAY_SUFFIX = ":relay"
+LEASE = number(0, 7 * 86400, above_low=True, unit="seconds")
+POLL = number(0.01, 3600, unit="seconds")
+PROCESS_ID = text(WorkerRecord._meta.get_field("worker_id").max_length - len(RELAY_SUFFIX))
+
+
+def wait_for_database():
+    """A worker started while the database is down or restarting waits for it (saying so)
+    instead of dying with a traceback: process managers start workers and databases in any
+    order."""
+    delay = 0.0
+    while True:
+        try:
+            ensure_migrated()
+            return
+        except OperationalError as exc:
+            delay = next_backoff(delay)
+            logging.getLogger("jobqueue.worker").warning(
+                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line(exc)), delay
+            )
+            connections[DEFAULT_DB_ALIAS].close()
+            time.sleep(delay)
+
+
+def ensure_migrated():
+    """Refuse to start on an unmigrated database rather than retry a missing table forever."""
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:3])
+        raise CommandError(
+            f"the database has unapplied migrations ({names}...): run `manage.py migrate` first"
+        )
+
+
+def add_loop_arguments(parser, *, defaults: str, id_dest: str, id_help: str):
+    """The options every long-running command shares: --log-level, --lease, --poll and --id
+    (`defaults` says where the unset ones come from)."""
+    add_log_level_argument(parser)
+    parser.add_argument(
+        "--lease",
+        type=LEASE,
+        default=None,
+        metavar="SECONDS",
+        help=f"Lease length of each claim (default {defaults}).",
+    )
+    parser.add_argument(
+        "--poll",
+        type=POLL,
+        default=None,
+        metavar="SECONDS",
+        help=f"Polling interval when idle (default {defaults}).",
+    )
+    parser.add_argument("--id", dest=id_dest, type=PROCESS_ID, default=None, help=id_help)

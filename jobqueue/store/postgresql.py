@@ -2,7 +2,9 @@
 
 import json
 
-from jobqueue.models import Job
+from jobqueue.models import Job, OutboxMessage
+
+from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
 
 NOTIFY_CHANNEL = "jobqueue"
 LOOPS = False  # batches are single statements
@@ -46,13 +48,15 @@ WHERE j.id = v.id AND j.state = 'running' AND j.lease_token = v.token
 RETURNING j.id
 """
 
-EXTEND = """
-UPDATE jobqueue_job AS j SET locked_until = %(until)s
+# A heartbeat's leases, in one statement; a table's own state for "leased" is formatted in.
+_EXTEND = """
+UPDATE {table} AS t SET locked_until = %(until)s
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS v(id, token)
-WHERE j.id = v.id AND j.state = 'running' AND j.lease_token = v.token
-  AND j.locked_until > %(now)s
-RETURNING j.id
+WHERE t.id = v.id AND t.state = '{leased}' AND t.lease_token = v.token
+  AND t.locked_until > %(now)s
+RETURNING t.id
 """
+EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
@@ -181,36 +185,13 @@ def acknowledge(connection, rows, *, now):
         return {row[0] for row in cursor.fetchall()}
 
 
-def extend(connection, leases, *, now, until):
+def extend(connection, table, leases, *, now, until):
     ids, tokens = zip(*leases, strict=True)
     with connection.cursor() as cursor:
         cursor.execute(
-            EXTEND, {"ids": list(ids), "tokens": list(tokens), "now": now, "until": until}
+            EXTEND[table], {"ids": list(ids), "tokens": list(tokens), "now": now, "until": until}
         )
         return {row[0] for row in cursor.fetchall()}
-
-
-def insert_keyed(connection, job):
-    from jobqueue.store import dumps
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            INSERT_KEYED,
-            [
-                job.task_path,
-                job.queue_name,
-                job.priority,
-                job.backend,
-                dumps(job.args),
-                dumps(job.kwargs),
-                job.idempotency_key,
-                job.run_after,
-                job.max_attempts,
-                job.enqueued_at,
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
 
 
 def notify(connection, queues):
@@ -226,17 +207,130 @@ def notify(connection, queues):
 MARK_REPLAYING = """
 UPDATE jobqueue_deadletter AS d SET
     state = 'replaying', replays = d.replays + 1, last_replayed_at = %(now)s,
-    replay_job_id = v.job_id
-FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS v(id, job_id)
+    replay_job_id = v.job_id, replay_ref = COALESCE(v.ref, d.replay_ref)
+FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[], %(refs)s::text[]) AS v(id, job_id, ref)
 WHERE d.id = v.id
 """
 
 
-def mark_replaying(connection, pairs, *, now):
-    """Point each dead letter at its replay job in one statement (bulk_update's CASE per row
-    and field was most of a replay batch's time)."""
-    if not pairs:
+def mark_replaying(connection, rows, *, now):
+    """Mark replayed letters in one statement (bulk_update's CASE per row and field was most of
+    a replay batch's time): rows of (letter id, new job id or None, replay reference or None)."""
+    if not rows:
         return
-    ids, jobs = zip(*pairs, strict=True)
+    ids, jobs, refs = zip(*rows, strict=True)
     with connection.cursor() as cursor:
-        cursor.execute(MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "now": now})
+        cursor.execute(
+            MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "refs": list(refs), "now": now}
+        )
+
+
+# --- the outbox table ---------------------------------------------------------------------
+
+OUTBOX_NOTIFY_CHANNEL = "jobqueue_outbox"
+# Advisory locks in PostgreSQL's two-int key space ('outb'), apart from single-bigint users.
+OUTBOX_KEY_LOCK_SPACE = 0x6F757462
+
+# Same-key publishers take a transaction-scoped advisory lock on the key before the insert, so
+# their ids are allocated in commit order: without it a transaction that took id 10 and commits
+# after the one that took id 11 would let the relay publish 11 first.
+OUTBOX_INSERT = """
+WITH message AS (
+    INSERT INTO jobqueue_outbox
+        (topic, "key", payload, state, created_at, available_at, attempts, errors)
+    SELECT %(topic)s, %(key)s, %(payload)s::jsonb, 'pending', %(now)s, %(now)s, 0, '[]'
+    {serialize}
+    RETURNING id
+)
+SELECT id, pg_notify(%(channel)s, '') FROM message
+"""
+OUTBOX_SERIALIZE = "FROM (SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(key)s))) AS serialized"
+
+# MATERIALIZED: the locking subquery runs exactly once (as in CLAIM).
+OUTBOX_CLAIM = f"""
+WITH picked AS MATERIALIZED (
+    SELECT m.id FROM jobqueue_outbox AS m
+    WHERE m.state = 'pending' AND m.available_at <= %(now)s
+      AND {OUTBOX_KEY_IS_FREE}
+    ORDER BY m.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobqueue_outbox AS m SET
+    state = 'leased',
+    attempts = m.attempts + 1,
+    lease_token = %(token)s,
+    locked_until = %(lease_until)s,
+    locked_by = %(relay_id)s,
+    last_attempted_at = %(now)s
+FROM picked
+WHERE m.id = picked.id
+RETURNING m.*
+"""
+
+# The `jobs` destination's fan-out: every job of a batch in one statement (a keyed insert per job
+# was 80% of the relay's time). Same conflict target as INSERT_KEYED, so a job that already holds
+# the key (a republish) makes the row a no-op.
+OUTBOX_INSERT_JOBS = """
+INSERT INTO jobqueue_job (
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state,
+    run_after, attempts, max_attempts, worker_ids, enqueued_at, errors
+)
+SELECT v.task_path, v.queue_name, v.priority, v.backend, v.args::jsonb, v.kwargs::jsonb,
+       v.idempotency_key, 'ready', %(now)s, 0, v.max_attempts, '[]', %(now)s, '[]'
+FROM unnest(
+    %(task_paths)s::text[], %(queue_names)s::text[], %(priorities)s::smallint[],
+    %(backends)s::text[], %(args)s::text[], %(kwargs)s::text[], %(keys)s::text[],
+    %(max_attempts)s::integer[]
+) AS v(task_path, queue_name, priority, backend, args, kwargs, idempotency_key, max_attempts)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
+DO NOTHING
+"""
+
+
+def outbox_insert(connection, params) -> int:
+    sql = OUTBOX_INSERT.format(serialize=OUTBOX_SERIALIZE if params["key"] is not None else "")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, {**params, "channel": OUTBOX_NOTIFY_CHANNEL, "space": OUTBOX_KEY_LOCK_SPACE}
+        )
+        return cursor.fetchone()[0]
+
+
+def outbox_claim(connection, params) -> list[OutboxMessage]:
+    return list(OutboxMessage.objects.raw(OUTBOX_CLAIM, params))
+
+
+def outbox_insert_jobs(connection, news, now) -> None:
+    from .payloads import dumps
+
+    # No check_payload here: the payload passed publish()'s size check, and each message's jobs
+    # share one serialisation.
+    rows, dumped = [], {}
+    for n in news:
+        kwargs = dumped.get(id(n.kwargs))
+        if kwargs is None:
+            kwargs = dumped[id(n.kwargs)] = dumps(n.kwargs)
+        rows.append(
+            (
+                n.task_path,
+                n.queue_name,
+                n.priority,
+                n.backend,
+                dumps(list(n.args)) if n.args else "[]",
+                kwargs,
+                n.idempotency_key,
+                n.max_attempts,
+            )
+        )
+    columns = list(zip(*rows, strict=True))
+    names = (
+        "task_paths", "queue_names", "priorities", "backends", "args", "kwargs", "keys",
+        "max_attempts",
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(
+            OUTBOX_INSERT_JOBS,
+            {"now": now, **dict(zip(names, map(list, columns), strict=True))},
+        )
+    notify(connection, {n.queue_name for n in news})

@@ -7,7 +7,9 @@ subquery reads, so it is as exclusive. Either way no other process can lease the
 the subquery cannot see a concurrent claim's rows half-updated.
 """
 
-from jobqueue.models import Job
+from jobqueue.models import Job, OutboxMessage
+
+from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
 
 LOOPS = True  # batches are one statement per row: run them under one write lock
 INSERT_CHUNK = 500
@@ -38,10 +40,11 @@ UPDATE jobqueue_job SET
 WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
 """
 
-EXTEND = """
-UPDATE jobqueue_job SET locked_until = %s
-WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
+_EXTEND = """
+UPDATE {table} SET locked_until = %s
+WHERE id = %s AND state = '{leased}' AND lease_token = %s AND locked_until > %s
 """
+EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
@@ -104,38 +107,17 @@ def acknowledge(connection, rows, *, now):
     )
 
 
-def extend(connection, leases, *, now, until):
+def extend(connection, table, leases, *, now, until):
     now, until = _ts(connection, now), _ts(connection, until)
     return _each(
-        connection, EXTEND, ((job_id, [until, job_id, token, now]) for job_id, token in leases)
+        connection,
+        EXTEND[table],
+        ((row_id, [until, row_id, token, now]) for row_id, token in leases),
     )
 
 
 def insert_many(connection, jobs, *, now):
     Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
-
-
-def insert_keyed(connection, job):
-    from jobqueue.store import dumps
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            INSERT_KEYED,
-            [
-                job.task_path,
-                job.queue_name,
-                job.priority,
-                job.backend,
-                dumps(job.args),
-                dumps(job.kwargs),
-                job.idempotency_key,
-                _ts(connection, job.run_after),
-                job.max_attempts,
-                _ts(connection, job.enqueued_at),
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
 
 
 def notify(connection, queues):
@@ -144,12 +126,60 @@ def notify(connection, queues):
 
 MARK_REPLAYING = """
 UPDATE jobqueue_deadletter SET
-    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s
+    state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s,
+    replay_ref = COALESCE(%s, replay_ref)
 WHERE id = %s
 """
 
 
-def mark_replaying(connection, pairs, *, now):
+def mark_replaying(connection, rows, *, now):
     now = _ts(connection, now)
     with connection.cursor() as cursor:
-        cursor.executemany(MARK_REPLAYING, [(now, job_id, pk) for pk, job_id in pairs])
+        cursor.executemany(MARK_REPLAYING, [(now, job, ref, pk) for pk, job, ref in rows])
+
+
+# --- the outbox table ---------------------------------------------------------------------
+# Every store transaction is BEGIN IMMEDIATE, so a claim holds the single write lock from its
+# first read: ids follow commit order and no two relays lease the same row.
+
+OUTBOX_INSERT = """
+INSERT INTO jobqueue_outbox
+    (topic, "key", payload, state, created_at, available_at, attempts, errors)
+VALUES (%(topic)s, %(key)s, %(payload)s, 'pending', %(now)s, %(now)s, 0, '[]')
+RETURNING id
+"""
+
+OUTBOX_CLAIM = f"""
+UPDATE jobqueue_outbox SET
+    state = 'leased',
+    attempts = attempts + 1,
+    lease_token = %(token)s,
+    locked_until = %(lease_until)s,
+    locked_by = %(relay_id)s,
+    last_attempted_at = %(now)s
+WHERE id IN (
+    SELECT m.id FROM jobqueue_outbox AS m
+    WHERE m.state = 'pending' AND m.available_at <= %(now)s
+      AND {OUTBOX_KEY_IS_FREE}
+    ORDER BY m.id
+    LIMIT %(limit)s
+)
+RETURNING *
+"""
+
+
+def outbox_insert(connection, params) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(OUTBOX_INSERT, params)
+        return cursor.fetchone()[0]
+
+
+def outbox_claim(connection, params) -> list[OutboxMessage]:
+    return list(OutboxMessage.objects.raw(OUTBOX_CLAIM, params))
+
+
+def outbox_insert_jobs(connection, news, now) -> None:
+    from .jobs import enqueue_many
+
+    # No round trips to save under SQLite's write lock: the store's own enqueue.
+    enqueue_many(news, now=now, using=connection.alias)

@@ -91,3 +91,34 @@ def test_ensure_reinstalls_dropped_triggers_and_recounts():
     assert counters.ensure(connection) is True
     assert counted() == truth() == {("a", "E"): (2, 0)}
     assert counters.ensure(connection) is False
+
+
+def test_jobqueue_has_the_registered_counter_restore_its_triggers_after_migrating():
+    """The triggers sit on jobqueue's table, which a jobqueue migration may rebuild (dropping
+    them on SQLite): jobqueue's own post_migrate asks the counter registered with its health
+    module to restore them, and queue health reads the counts through the same hook."""
+    from django.apps import apps
+    from django.db.models.signals import post_migrate
+
+    from jobqueue import health
+
+    DeadLetterFactory(task_path="a", queue_name="q", error_class="E")
+    with connection.cursor() as cursor:
+        for sql in counters.drop_statements(connection.vendor):
+            cursor.execute(sql)
+    DeadLetterFactory(task_path="a", queue_name="q", error_class="E")  # not counted yet
+    jobqueue = apps.get_app_config("jobqueue")
+    post_migrate.send(
+        sender=jobqueue, app_config=jobqueue, verbosity=0, interactive=False, using="default"
+    )
+    assert counters.installed(connection)
+    assert health.count_dead_letters() == {("q", "a"): 2}
+
+
+def test_without_a_registered_counter_queue_health_counts_the_rows(monkeypatch):
+    from jobqueue import health
+
+    DeadLetterFactory(task_path="a", queue_name="q")
+    PendingCount.objects.update(pending=99)  # a registered counter would say 99
+    monkeypatch.setattr(health, "_counter", None)
+    assert health.count_dead_letters() == {("q", "a"): 1}

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from jobqueue import listener
+from jobqueue.management import cli
 
 
 @pytest.fixture
@@ -13,12 +13,12 @@ def bare_logger(monkeypatch):
     cut off from the root logger, which pytest itself gives a capturing handler)."""
     log = logging.Logger("redrive-test-bare")  # not registered: nothing else configures it
     log.propagate = False
-    monkeypatch.setattr(listener, "logger", log)
+    monkeypatch.setattr(cli, "EVENTS", log)
     return log
 
 
 def test_event_lines_go_to_stderr_at_info_without_host_logging(bare_logger, capsys):
-    listener.show_event_lines()
+    cli.show_event_lines()
     bare_logger.info("event=job_done id=1")
     bare_logger.debug("event=claim_batch n=3")
     err = capsys.readouterr().err
@@ -27,10 +27,10 @@ def test_event_lines_go_to_stderr_at_info_without_host_logging(bare_logger, caps
 
 
 def test_log_level_option_changes_what_shows(bare_logger, capsys):
-    listener.show_event_lines("debug")
+    cli.show_event_lines("debug")
     bare_logger.debug("event=claim_batch n=3")
     assert "event=claim_batch n=3" in capsys.readouterr().err
-    listener.show_event_lines("WARNING")
+    cli.show_event_lines("WARNING")
     bare_logger.info("event=job_done id=2")
     assert capsys.readouterr().err == ""
 
@@ -41,7 +41,7 @@ def test_a_hosts_own_handler_wins(bare_logger, capsys):
     host.emit = records.append
     bare_logger.addHandler(host)
     bare_logger.setLevel(logging.WARNING)
-    listener.show_event_lines()
+    cli.show_event_lines()
     bare_logger.info("event=job_done id=3")
     bare_logger.warning("event=job_failed id=4")
     assert [r.getMessage() for r in records] == ["event=job_failed id=4"]
@@ -51,4 +51,4 @@ def test_a_hosts_own_handler_wins(bare_logger, capsys):
 
 def test_an_unknown_level_is_refused():
     with pytest.raises(KeyError):
-        listener.show_event_lines("chatty")
+        cli.show_event_lines("chatty")

@@ -24,6 +24,11 @@ def ago(**kw):
 
 @pytest.fixture
 def fixture_data():
+    # Dated from when the test starts, not from when the module was imported: /metrics reads
+    # the real clock, and a loaded full run can reach this test a minute after collection,
+    # when the "alive" worker's heartbeat would already count as lost.
+    global NOW
+    NOW = timezone.now().replace(microsecond=0)
     for minutes in (1, 2, 7):
         JobFactory(task_path="a.task", run_after=ago(minutes=minutes))  # due
     JobFactory(task_path="a.task", run_after=NOW + timedelta(hours=1))  # scheduled

@@ -9,7 +9,8 @@ from django.tasks.exceptions import InvalidTask
 from jobqueue import outbox, store
 from jobqueue.errors import InvalidArguments
 from jobqueue.models import DeadLetter, Job, JobState, OutboxMessage
-from jobqueue.worker import Finished, Held, Worker
+from jobqueue.store import dialects
+from jobqueue.worker import Finished, Worker
 from tests.jobqueue import contract_tasks as t
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +124,7 @@ def test_an_acknowledgement_the_database_refuses_settles_the_rest_of_its_batch(
 ):
     """One batch of four, one of which the database refuses: three acknowledged, the refused one
     failed for good, nothing left to retry."""
-    dialect = store._dialect("default")
+    dialect = dialects.of("default")
     real = dialect.acknowledge
     statements = []
 
@@ -140,7 +141,8 @@ def test_an_acknowledgement_the_database_refuses_settles_the_rest_of_its_batch(
         worker_id=worker.worker_id, queues=None, limit=10, lease_seconds=30, using="default"
     )
     for job in jobs:
-        worker.held[job.pk] = Held(job, started=0.0, returned=True)
+        worker.held.hold(job)
+        worker.held.returned(worker.held.start(job, None))
         worker.finished.put(Finished(job.pk, 0.001, value=job.args[0]))
     assert worker._settle() is True
     assert statements[0] == 4  # the batch, then one statement per job

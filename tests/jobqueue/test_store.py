@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Execution, Job, JobState
+from jobqueue.store import jobs
 from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -312,6 +313,20 @@ def test_factories_build_consistent_rows():
 def test_a_new_job_carries_every_column_of_the_model():
     """store._job_from skips Model.__init__: a column it forgot would be a deferred field that
     silently queries the database when read."""
-    job = store._job_from(store.NewJob(task_path="t"), now=T0)
+    job = jobs._job_from(store.NewJob(task_path="t"), now=T0)
     assert {f.attname for f in Job._meta.concrete_fields} <= set(vars(job))
     assert job.get_deferred_fields() == set()
+
+
+def test_each_leased_table_is_extended_by_a_statement_for_its_own_leased_state():
+    """The heartbeat's SQL is one template per dialect, formatted per leased table: the state
+    it guards on must be the one the lease lifecycle calls leased."""
+    from jobqueue.store import leases, postgresql, sqlite
+    from jobqueue.store.sql_common import LEASED
+
+    assert {table.table: table.leased for table in (leases.JOBS, leases.OUTBOX)} == LEASED
+    for dialect in (postgresql, sqlite):
+        for table, state in LEASED.items():
+            assert (
+                f"UPDATE {table}" in dialect.EXTEND[table] and f"'{state}'" in dialect.EXTEND[table]
+            )

@@ -221,12 +221,13 @@ def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
     forgotten. (A dropped failure once left its job leased, renewed and never run again.)"""
     from django.db import OperationalError
 
-    from jobqueue.worker import Finished, Held
+    from jobqueue.worker import Finished
 
     ok, bad = tasks.noop.enqueue(), tasks.always_fails.enqueue()
     worker = Worker(poll_interval=0.05)
     for job in store.claim(worker_id=worker.worker_id, queues=None, limit=2, lease_seconds=30):
-        worker.held[job.pk] = Held(job, started=0.0)
+        worker.held.hold(job)
+        worker.held.start(job, None)
     worker.finished.put(Finished(int(ok.id), 0.01, value=None))
     worker.finished.put(Finished(int(bad.id), 0.01, error=ConnectionError("gone"), formatted=""))
     real = getattr(store, failing)
@@ -281,15 +282,14 @@ def test_jobs_behind_a_handler_stuck_past_its_timeout_still_run(tmp_path):
 def test_a_lease_lost_before_its_job_started_is_forgotten_at_once():
     """The heartbeat finds prefetched leases gone (swept while the database was away): the
     worker stops holding those jobs, so they neither fill its claim window nor keep --burst up."""
-    from jobqueue.worker import Held
 
     for n in range(3):
         tasks.noop.enqueue(n)
     worker = Worker(poll_interval=0.05, lease_seconds=30)
     claimed = store.claim(worker_id=worker.worker_id, queues=None, limit=3, lease_seconds=30)
     for job in claimed:
-        worker.held[job.pk] = Held(job)
-    worker.held[claimed[0].pk].started = 0.0  # this one is running
+        worker.held.hold(job)
+    worker.held.start(claimed[0], None)  # this one is running
     Job.objects.update(lease_token="taken-by-the-sweep-and-another-worker")
     worker._heartbeat_if_due()
     assert list(worker.held) == [claimed[0].pk] and worker.held[claimed[0].pk].lost
@@ -359,7 +359,7 @@ def test_two_copies_of_a_job_at_once_do_its_effect_once():
     ],
 )
 def test_log_values_are_quoted_only_when_logfmt_needs_it(value, text):
-    from jobqueue.listener import logfmt
+    from jobqueue.logfmt import logfmt
 
     assert logfmt(value) == text
 
@@ -367,13 +367,12 @@ def test_log_values_are_quoted_only_when_logfmt_needs_it(value, text):
 def test_a_stale_copy_of_a_reclaimed_job_is_not_run_a_second_time():
     """Lease lost before the job started, then claimed again by the same worker: the inbox
     holds the old claim's copy and the new one, and only the held claim runs."""
-    from jobqueue.worker import Held
 
     result = tasks.add.enqueue(1, 2)
     worker = Worker(poll_interval=0.05)
     [old] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
     new = Job.objects.get(pk=result.id)  # the later claim's own copy of the row
-    worker.held[new.pk] = Held(new)
+    worker.held.hold(new)
     for item in (old, new, None):
         worker.inbox.put(item)
     worker._handler_loop()

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from jobqueue import outbox, store
 from jobqueue.models import DeadLetter, DeadLetterState, OutboxMessage, OutboxState
-from jobqueue.store import outbox as outbox_store
+from jobqueue.store import outbox_messages as outbox_store
+from jobqueue.store.sources import outbox_letters
 
 pytestmark = pytest.mark.django_db
 
@@ -163,7 +164,7 @@ def test_replay_skips_a_letter_whose_message_is_gone():
     [message] = claim(at(0))
     letter = outbox_store.bury(message, error(message, at(0)), max_attempts=3, now=at(0))
     OutboxMessage.objects.all().delete()
-    assert store.replay([letter.pk], now=at(1)).skipped == {letter.pk: outbox_store.SKIP_GONE}
+    assert store.replay([letter.pk], now=at(1)).skipped == {letter.pk: outbox_letters.SKIP_GONE}
 
 
 def test_prune_deletes_old_published_rows_and_never_unpublished_ones():
@@ -187,3 +188,14 @@ def test_prune_deletes_old_published_rows_and_never_unpublished_ones():
     assert OutboxMessage.objects.count() == 5
     assert outbox_store.prune(older_than=timedelta(days=7), now=at(30 * 86400)) == 0
     del leased
+
+
+def test_a_failure_with_an_overlong_class_path_still_dead_letters():
+    """The outbox records errors through the same entry as jobs: a class path longer than the
+    dead letter's 255-character column (a class made with type()) is cut to fit, not refused."""
+    publish()
+    [message] = claim(at(0))
+    entry = error(message, at(0), cls="x." * 200 + "Unavailable")
+    letter = outbox_store.bury(message, entry, max_attempts=3, now=at(0))
+    letter.refresh_from_db()
+    assert len(letter.error_class) <= 255 and letter.error_class.endswith("Unavailable")

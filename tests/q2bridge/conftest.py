@@ -1,7 +1,7 @@
 import pytest
 from django_q.signals import post_execute
 
-from deadletters.sources import django_q2 as bridge
+from deadletters import django_q2_bridge as bridge
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from django_q.signing import SignedPackage
 from deadletters import services
 from deadletters.models import ReplayItem, ReplayRun
 from jobqueue.models import DeadLetter, DeadLetterState
-from jobqueue.store import django_q2 as q2_store
+from jobqueue.store.sources import django_q2_letters as q2_store
 from tests.deadletters.conftest import user_with_role
 
 from .tasks import ReceiptDown

@@ -8,12 +8,12 @@ from django.db import transaction
 
 from deadletters import conf, redaction, selectors, services
 from deadletters.models import Action, ReplayRun
-from deadletters.views import ACTION_PERMISSION, POISON, VIEW
+from deadletters.roles import ACTION_PERMISSION, POISON, VIEW
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import DeadLetter, DeadLetterState
+from jobqueue.store import sources
 
-SOURCES = ["jobqueue", "outbox", "django_q2"]
 LIST_FIELDS = [
     "id",
     "source",
@@ -111,7 +111,10 @@ class Command(cli.Command):
             "--queue", type=cli.column(DeadLetter, "queue_name", empty=True), default=""
         )
         parser.add_argument(
-            "--source", default="", choices=["", *SOURCES], help="jobqueue, outbox or django_q2."
+            "--source",
+            default="",
+            choices=["", *sources.names()],
+            help=", ".join(sources.names()) + ".",
         )
 
     def handle(self, *args, **opts):

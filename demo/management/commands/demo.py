@@ -20,7 +20,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
 from config import secret_key
-from deadletters.sources import django_q2 as q2_bridge
+from deadletters import django_q2_bridge as q2_bridge
 from demo import services
 from demo.models import Payment
 

@@ -5,7 +5,7 @@ from django.utils import timezone
 from jobqueue.management import cli
 from jobqueue.models import JobCounter, WorkerRecord
 from jobqueue.outbox import setting
-from jobqueue.store import outbox as outbox_store
+from jobqueue.store import outbox_messages as outbox_store
 
 # A century: older cut-offs are a typo, and date arithmetic overflows not far beyond.
 MAX_DAYS = 36_525.0

@@ -1,69 +1,26 @@
 import logging
 import signal
 import sys
-import time
 
-from django.core.management.base import CommandError
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
-from django.db.migrations.executor import MigrationExecutor
-
-from jobqueue.listener import (
-    add_log_level_argument,
-    first_line,
-    logfmt,
-    next_backoff,
-    show_event_lines,
-)
 from jobqueue.management import cli
-from jobqueue.models import Job, WorkerRecord
+from jobqueue.models import Job
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
 
 logger = logging.getLogger("jobqueue.worker")
 
-# Bounds of the worker's and the relay's options: beyond them a value is a typo (a week-long
-# lease, a thousand handler threads each holding a database connection) or overflows.
-RELAY_SUFFIX = ":relay"
-LEASE = cli.number(0, 7 * 86400, above_low=True, unit="seconds")
-POLL = cli.number(0.01, 3600, unit="seconds")
-PROCESS_ID = cli.text(WorkerRecord._meta.get_field("worker_id").max_length - len(RELAY_SUFFIX))
-
-
-def wait_for_database():
-    """A worker started while the database is down or restarting waits for it (saying so)
-    instead of dying with a traceback: process managers start workers and databases in any
-    order."""
-    delay = 0.0
-    while True:
-        try:
-            ensure_migrated()
-            return
-        except OperationalError as exc:
-            delay = next_backoff(delay)
-            logger.warning(
-                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line(exc)), delay
-            )
-            connections[DEFAULT_DB_ALIAS].close()
-            time.sleep(delay)
-
-
-def ensure_migrated():
-    """Refuse to start on an unmigrated database rather than retry a missing table forever."""
-    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
-    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    if pending:
-        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:3])
-        raise CommandError(
-            f"the database has unapplied migrations ({names}...): run `manage.py migrate` first"
-        )
-
 
 class Command(cli.Command):
     help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
 
     def add_arguments(self, parser):
-        add_log_level_argument(parser)
+        cli.add_loop_arguments(
+            parser,
+            defaults="REDRIVE",
+            id_dest="worker_id",
+            id_help="Worker identity in leases and logs (default host:pid:random).",
+        )
         parser.add_argument(
             "--queue",
             "-q",
@@ -94,32 +51,11 @@ class Command(cli.Command):
             help="Exit after claiming this many jobs and finishing them.",
         )
         parser.add_argument(
-            "--lease",
-            type=LEASE,
-            default=None,
-            metavar="SECONDS",
-            help="Lease length of each claim (default REDRIVE).",
-        )
-        parser.add_argument(
             "--grace",
             type=cli.number(0, 86400, unit="seconds"),
             default=30.0,
             metavar="SECONDS",
             help="How long a stop waits for running jobs (default 30).",
-        )
-        parser.add_argument(
-            "--poll",
-            type=POLL,
-            default=None,
-            metavar="SECONDS",
-            help="Polling interval when idle (default REDRIVE).",
-        )
-        parser.add_argument(
-            "--id",
-            dest="worker_id",
-            type=PROCESS_ID,
-            default=None,
-            help="Worker identity in leases and logs (default host:pid:random).",
         )
         parser.add_argument(
             "--relay",
@@ -129,8 +65,8 @@ class Command(cli.Command):
         )
 
     def handle(self, *args, **opts):
-        show_event_lines(opts["log_level"])
-        wait_for_database()
+        cli.show_event_lines(opts["log_level"])
+        cli.wait_for_database()
         worker = Worker(
             queues=opts["queues"],
             concurrency=opts["concurrency"],
@@ -145,7 +81,7 @@ class Command(cli.Command):
         worker.install_signal_handlers()
         relay_thread = relay = None
         if opts["relay"] or setting("RELAY_IN_WORKER"):
-            relay = Relay(relay_id=f"{worker.worker_id}{RELAY_SUFFIX}")
+            relay = Relay(relay_id=f"{worker.worker_id}{cli.RELAY_SUFFIX}")
             _stop_relay_on_signals(relay)
             relay_thread = run_in_thread(relay)
         try:

@@ -1,7 +1,8 @@
-"""Dead letters of django-q2 tasks: capture, settle and requeue (source "django_q2").
+"""Source "django_q2": dead letters of django-q2 tasks, captured, settled and replayed here.
 
-The bridge (deadletters/sources/django_q2.py) hands each result the cluster saved to `record()`;
-`jobqueue.store.replay` calls `requeue()` in its transaction. Only state changes live here.
+The bridge (deadletters/django_q2_bridge.py) hands each result the cluster saved to `record()`;
+`jobqueue.store.replay` calls `DjangoQ2Letters.replay` in its transaction. django-q2 itself is
+imported only inside the functions that need it, when a django-q2 letter is involved.
 
 Identity: a letter's `idempotency_key` is the id of the django-q2 task that died (its `Failure`
 row, which we keep reading and never delete); `replay_ref` is the id of the latest replay task.
@@ -26,9 +27,14 @@ import reprlib
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from jobqueue.models import DeadLetter, DeadLetterState
+
+from ..dead_letters import pending_fields, return_to_pending, settle_replayed
+from ..payloads import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, storable_text
+from . import BaseSource, Description, Link, Replayed
 
 SOURCE = "django_q2"
 UNCONVERTED = "$not_json"  # marks a value shown as a summary
@@ -71,8 +77,6 @@ def _summary(value) -> dict:
         text = _repr.repr(value)
     except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not lose the failure
         text = f"<repr failed: {type(exc).__name__}>"
-    from jobqueue.store import storable_text
-
     return {
         UNCONVERTED: f"{kind.__module__}.{kind.__qualname__}",
         "summary": storable_text(text, SUMMARY_CHARS),
@@ -131,15 +135,11 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
     now = now or timezone.now()
     if task.get("success"):
         with transaction.atomic():
-            updated = DeadLetter.objects.filter(
-                source=SOURCE, replay_ref=task["id"], state=DeadLetterState.REPLAYING
-            ).update(state=DeadLetterState.REPLAYED)
+            updated = settle_replayed(source=SOURCE, replay_ref=task["id"])
         return updated or None
     if row is None or row.success or not is_terminal(task, row.attempt_count, max_attempts):
         return None
     message, error_class, tb = parse_result(row.result)
-    from jobqueue.store import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, storable_text
-
     stopped = row.stopped or now
     error = {
         "attempt": row.attempt_count,
@@ -149,15 +149,13 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
         "message": storable_text(message, MAX_MESSAGE_CHARS),
         "traceback": storable_text(tb, MAX_TRACEBACK_CHARS),
     }
-    fields = {
-        "attempts": row.attempt_count,
-        "max_attempts": max(max_attempts, row.attempt_count),
-        "last_error": error["message"] or error_class or "failed",
-        "error_class": error_class,
-        "traceback": error["traceback"],
-        "dead_lettered_at": now,
-        "state": DeadLetterState.PENDING,
-    }
+    fields = pending_fields(
+        error,
+        attempts=row.attempt_count,
+        max_attempts=max(max_attempts, row.attempt_count),
+        last_error=error["message"] or error_class or "failed",
+        now=now,
+    )
     with transaction.atomic():
         letter = (
             DeadLetter.objects.select_for_update().filter(source=SOURCE, replay_ref=row.id).first()
@@ -165,12 +163,7 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
         if letter is not None:
             if letter.state != DeadLetterState.REPLAYING:
                 return None  # this replay's death is recorded already
-            # The replay died too: the same letter returns to pending, history appended.
-            for name, value in fields.items():
-                setattr(letter, name, value)
-            letter.errors = [*letter.errors, error]
-            letter.save(update_fields=[*fields, "errors"])
-            return letter
+            return return_to_pending(letter, fields, [error], using="default")
         if DeadLetter.objects.filter(source=SOURCE, idempotency_key=row.id).exists():
             return None
         # django-q2 keeps the task's first start and last stop, no per-attempt times: a single
@@ -194,50 +187,68 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
             return None  # a concurrent save of the same failure won
 
 
-# --- replay -------------------------------------------------------------------------------
+# --- the source -------------------------------------------------------------------------
 
 
-def requeue(
-    letters, *, now: datetime, using: str = "default"
-) -> dict[int, tuple[str | None, str | None]]:
-    """Enqueue each letter's task again from its kept Failure row (called by store.replay in
-    its transaction; with the ORM broker the new queue row commits with it).
+class DjangoQ2Letters(BaseSource):
+    name = SOURCE
+    label = "django-q2"
+    requires = ("django_q", "redrive[django-q2]")
 
-    Returns, per letter id, (new django-q2 task id, None) or (None, reason skipped). The caller
-    marks the replayed letters 'replaying'; `replay_ref` is set here.
-    """
-    if not letters:
-        return {}  # before importing django-q2: a replay of other sources must not need it
-    from django_q.conf import Conf
-    from django_q.models import Failure
-    from django_q.tasks import async_task
+    def replay(self, letters, *, now, using):
+        """Enqueue each letter's task again from its kept Failure row, in the caller's
+        transaction (with the ORM broker the new queue row commits with it). The new task's
+        id is the replay's reference: its result, saved by the cluster, settles the letter."""
+        from django_q.conf import Conf
+        from django_q.models import Failure
+        from django_q.tasks import async_task
 
-    if using != Conf.ORM or Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict):
-        # Another broker would hand the task to the cluster before this transaction commits:
-        # its result could arrive before `replay_ref` is visible and the outcome be lost.
-        return {letter.pk: (None, SKIP_BROKER) for letter in letters}
-    rows = Failure.objects.using(using).in_bulk([letter.idempotency_key for letter in letters])
-    results: dict[int, tuple[str | None, str | None]] = {}
-    for letter in letters:
-        row = rows.get(letter.idempotency_key)
-        if row is None:
-            results[letter.pk] = (None, SKIP_GONE)
-            continue
-        kwargs = dict(row.kwargs or {})
-        clashing = sorted(OPTION_NAMES.intersection(kwargs))
-        if clashing:
-            results[letter.pk] = (None, SKIP_OPTION_NAMES.format(names=", ".join(clashing)))
-            continue
-        # Always through the broker, never inline (sync), so the replay cannot run inside
-        # the console's transaction; the original hook and group come along.
-        options = {"sync": False, "hook": row.hook, "group": row.group}
-        task_id = async_task(
-            row.func,
-            *(row.args or ()),
-            q_options={k: v for k, v in options.items() if v is not None},
-            **kwargs,
+        if using != Conf.ORM or Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict):
+            # Another broker would hand the task to the cluster before this transaction
+            # commits: its result could arrive before `replay_ref` is visible and be lost.
+            return {letter.pk: SKIP_BROKER for letter in letters}
+        rows = Failure.objects.using(using).in_bulk([letter.idempotency_key for letter in letters])
+        results: dict[int, Replayed | str] = {}
+        for letter in letters:
+            row = rows.get(letter.idempotency_key)
+            if row is None:
+                results[letter.pk] = SKIP_GONE
+                continue
+            kwargs = dict(row.kwargs or {})
+            clashing = sorted(OPTION_NAMES.intersection(kwargs))
+            if clashing:
+                results[letter.pk] = SKIP_OPTION_NAMES.format(names=", ".join(clashing))
+                continue
+            # Always through the broker, never inline (sync), so the replay cannot run inside
+            # the console's transaction; the original hook and group come along.
+            options = {"sync": False, "hook": row.hook, "group": row.group}
+            task_id = async_task(
+                row.func,
+                *(row.args or ()),
+                q_options={k: v for k, v in options.items() if v is not None},
+                **kwargs,
+            )
+            results[letter.pk] = Replayed(ref=task_id)
+        return results
+
+    def describe(self, letter, *, payload=None) -> Description:
+        """A link to the task's Failure row in django-q2's admin, where the host has it."""
+        try:
+            url = reverse("admin:django_q_failure_change", args=[letter.idempotency_key])
+        except NoReverseMatch:
+            url = None
+        return Description(
+            label=self.label,
+            reference_name="task",
+            reference=letter.idempotency_key or "",
+            link=Link(
+                url,
+                "its Failure row in django-q2's admin",
+                "q2-failure",
+                permission="django_q.view_failure",
+                staff_only=True,
+            )
+            if url
+            else None,
+            payload_summarised=payload is not None and has_summary(payload),
         )
-        DeadLetter.objects.using(using).filter(pk=letter.pk).update(replay_ref=task_id)
-        letter.replay_ref = task_id
-        results[letter.pk] = (task_id, None)
-    return results

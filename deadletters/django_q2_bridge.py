@@ -3,8 +3,8 @@
 On when `REDRIVE["SOURCES"]` names "django_q2" (and `django_q` is installed). The app's ready()
 connects `receive` to django-q2's `post_execute`, which the cluster's monitor process sends after
 it saved a task's result (and acknowledged it, or not). Each save is handed to
-`jobqueue.store.django_q2.record`, which decides: terminal failure → one dead letter; retry
-coming → nothing; result of one of our replays → the letter settles.
+`jobqueue.store.sources.django_q2_letters.record`, which decides: terminal failure → one dead
+letter; retry coming → nothing; result of one of our replays → the letter settles.
 
 Why `post_execute` rather than the Task row's `post_save` (django-q2's own hooks): it carries the
 task package, whose `ack_failure` says whether django-q2 gave up on the task regardless of its
@@ -45,7 +45,7 @@ def receive(sender, task, **kwargs):
     from django_q.conf import Conf
     from django_q.models import Task
 
-    from jobqueue.store import django_q2 as q2_store
+    from jobqueue.store.sources import django_q2_letters as q2_store
 
     try:
         row = None if task.get("success") else Task.objects.filter(id=task["id"]).first()

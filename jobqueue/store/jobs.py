@@ -1,0 +1,326 @@
+"""Jobs: enqueue, claim, acknowledge, extend, fail, release and sweep.
+
+Every transition out of 'running' is guarded by the lease (jobqueue.store.leases): a worker may
+acknowledge, fail, extend or release a job only while `state = 'running' AND lease_token = its
+token AND locked_until > now`. A zero-row update means the lease was lost to the sweep or a
+newer owner; the caller logs and counts it and never overwrites the newer state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import DataError, connections, transaction
+from django.db.models.base import ModelState
+from django.utils import timezone
+
+from jobqueue.logfmt import log_line
+from jobqueue.models import DeadLetter, Job, JobState
+
+from . import dialects
+from .dead_letters import pending_fields, return_to_pending, settle_replayed
+from .leases import JOBS, expired_entry
+from .payloads import check_payload, dumps, storable_json
+
+logger = logging.getLogger("jobqueue.sweep")
+
+
+@dataclass(slots=True)
+class NewJob:
+    task_path: str
+    args: Sequence = ()
+    kwargs: dict = field(default_factory=dict)
+    queue_name: str = "default"
+    priority: int = 0
+    run_after: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int = 5
+    backend: str = "default"
+    encoded: tuple[str, str] | None = None  # (args, kwargs) as JSON, if already checked
+
+
+def enqueue(
+    new: NewJob, *, now: datetime | None = None, using: str = "default"
+) -> tuple[Job, bool]:
+    """Insert a ready job in the caller's transaction; returns (job, created).
+
+    With an idempotency key that a live (not dead) job already holds, nothing is inserted and
+    the existing job is returned, so a double submit yields one job.
+    """
+    return enqueue_many([new], now=now, using=using)[0]
+
+
+def enqueue_many(
+    news: Iterable[NewJob], *, now: datetime | None = None, using: str = "default"
+) -> list[tuple[Job, bool]]:
+    """Bulk enqueue. Keyless jobs go in as one multi-row INSERT per chunk; keyed ones one
+    statement each (ON CONFLICT DO NOTHING on the live-key index)."""
+    now = now or timezone.now()
+    dialect = dialects.of(using)
+    connection = connections[using]
+    news = list(news)
+    jobs = [_job_from(n, now) for n in news]
+    keyless = [job for job in jobs if job.idempotency_key is None]
+    keyed = [(i, job) for i, job in enumerate(jobs) if job.idempotency_key is not None]
+    results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
+    # Keyless jobs alone are one statement (its notification included): atomic without a
+    # transaction of our own, so a single enqueue costs one round trip.
+    with _atomic_if(keyed or len(keyless) > dialect.INSERT_CHUNK, using):
+        if keyless:
+            dialect.insert_many(connection, keyless, now=now)
+        woken = set()
+        for i, job in keyed:
+            job_id = _insert_keyed(connection, dialect, job)
+            if job_id is None:
+                existing = (
+                    Job.objects.using(using)
+                    .exclude(state=JobState.DEAD)
+                    .get(idempotency_key=job.idempotency_key)
+                )
+                results[i] = (existing, False)
+            else:
+                job.pk = job_id
+                if job.run_after <= now:
+                    woken.add(job.queue_name)
+        dialect.notify(connection, woken)
+    return results
+
+
+def _insert_keyed(connection, dialect, job: Job) -> int | None:
+    """One keyed job, unless a live job holds its key (None then): the dialect's INSERT_KEYED."""
+    ts = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            dialect.INSERT_KEYED,
+            [
+                job.task_path,
+                job.queue_name,
+                job.priority,
+                job.backend,
+                dumps(job.args),
+                dumps(job.kwargs),
+                job.idempotency_key,
+                ts(job.run_after),
+                job.max_attempts,
+                ts(job.enqueued_at),
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _job_from(n: NewJob, now: datetime) -> Job:
+    """The Job a new row will be, built without Model.__init__: for a bulk enqueue its
+    per-field defaults and init signals cost more than the INSERT. Every column is set here
+    (tests/jobqueue/test_store.py checks the list against the model's fields)."""
+    job = Job.__new__(Job)
+    job._state = ModelState()
+    job.__dict__.update(
+        id=None,
+        task_path=n.task_path,
+        args=list(n.args),
+        kwargs=dict(n.kwargs),
+        queue_name=n.queue_name,
+        priority=n.priority,
+        backend=n.backend,
+        idempotency_key=n.idempotency_key,
+        state=JobState.READY,
+        run_after=n.run_after or now,
+        attempts=0,
+        max_attempts=n.max_attempts,
+        lease_token=None,
+        locked_until=None,
+        locked_by=None,
+        worker_ids=[],
+        enqueued_at=now,
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+        errors=[],
+        return_value=None,
+        replayed_from_id=None,
+    )
+    job.encoded_payload = n.encoded or check_payload(job.args, job.kwargs)
+    return job
+
+
+def claim(
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+    using: str = "default",
+    sweep: bool = True,
+    swept_dead: list[Job] | None = None,
+) -> list[Job]:
+    """Lease up to `limit` due jobs in one short transaction; the handler runs after it commits.
+    The jobs come back in the order they should start: best priority first.
+
+    The same transaction first sweeps expired leases: attempts left → ready again; final
+    attempt → dead letter, so a worker killed on its last attempt never leaves a row stuck.
+    (A busy worker sweeps once a second rather than on every claim: `sweep=False`.) Jobs the
+    sweep dead-lettered are appended to `swept_dead`, for the caller's task_finished signals.
+    """
+    now = now or timezone.now()
+    dialect = dialects.of(using)
+    arguments = {
+        "worker_id": worker_id,
+        "queues": list(queues) if queues else None,
+        "limit": limit,
+        "now": now,
+        "lease_until": now + timedelta(seconds=lease_seconds),
+    }
+    if not sweep:
+        # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
+        return dialect.claim(connections[using], **arguments) if limit > 0 else []
+    with transaction.atomic(using=using):
+        sweep_expired(now=now, using=using, dead=swept_dead)
+        return dialect.claim(connections[using], **arguments) if limit > 0 else []
+
+
+def sweep_expired(
+    *, now: datetime | None = None, using: str = "default", dead: list[Job] | None = None
+) -> int:
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        expired = JOBS.expired(now, using)
+        for job in expired:
+            error = expired_entry(job, now)
+            retry = job.attempts < job.max_attempts
+            _retire(
+                job,
+                error,
+                retry_at=now if retry else None,
+                now=now,
+                using=using,
+                require_live_lease=False,
+            )
+            if not retry and dead is not None:
+                job.state, job.finished_at = JobState.DEAD, now
+                dead.append(job)
+            # The attempt's owner died or stalled, so it wrote no line of its own: say it here,
+            # once the sweep has committed.
+            fields = {
+                "job_id": job.pk,
+                "task": job.task_path,
+                "queue": job.queue_name,
+                "key": job.idempotency_key or "-",
+                "attempt": job.attempts,
+                "worker": job.locked_by,
+                "outcome": "retry" if retry else "dead",
+            }
+            level = logging.WARNING if retry else logging.ERROR
+            transaction.on_commit(
+                lambda level=level, fields=fields: log_line(
+                    logger, level, "lease_expired", **fields
+                ),
+                using=using,
+            )
+    return len(expired)
+
+
+def acknowledge(
+    done: Sequence[tuple[Job, object]], *, now: datetime | None = None, using: str = "default"
+) -> set[int]:
+    """Mark finished jobs done in one statement; returns the ids whose lease was still ours.
+
+    A value neither database can store (storable_json) raises DataError before any SQL, as the
+    database would for what only it refuses: nothing is acknowledged, and the caller can store
+    the others without that one.
+    """
+    if not done:
+        return set()
+    now = now or timezone.now()
+    dialect = dialects.of(using)
+    rows = []
+    for job, value in done:
+        try:
+            rows.append((job.pk, job.lease_token, storable_json(value, "the return value")))
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"job {job.pk}: {exc}") from exc
+    replayed = [job.pk for job, _ in done if job.replayed_from_id]
+    # PostgreSQL acknowledges the batch in one statement; only replayed jobs need a second
+    # statement (their dead letters) in the same transaction.
+    with _atomic_if(replayed or dialect.LOOPS, using):
+        acked = dialect.acknowledge(connections[using], rows, now=now)
+        replayed = [pk for pk in replayed if pk in acked]
+        if replayed:
+            settle_replayed(using, replay_job_id__in=replayed)
+    return acked
+
+
+def _atomic_if(needed, using):
+    return transaction.atomic(using=using) if needed else nullcontext()
+
+
+def extend_leases(
+    jobs: Sequence[Job],
+    *,
+    lease_seconds: float,
+    now: datetime | None = None,
+    using: str = "default",
+) -> set[int]:
+    """Heartbeat: push locked_until forward for leases still ours; returns the ids kept."""
+    return JOBS.extend(jobs, lease_seconds=lease_seconds, now=now or timezone.now(), using=using)
+
+
+def fail(
+    job: Job,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+    now: datetime | None = None,
+    using: str = "default",
+) -> bool:
+    """Record a failed attempt: ready again at `retry_at`, or dead-lettered when it is None.
+
+    Returns False (and changes nothing) if the lease is no longer ours.
+    """
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        return _retire(job, error, retry_at=retry_at, now=now, using=using)
+
+
+def _retire(job, error, *, retry_at, now, using, require_live_lease=True) -> bool:
+    errors = [*job.errors, error]
+    if retry_at is not None:
+        return JOBS.wait(job, errors, at=retry_at, now=now, using=using, live=require_live_lease)
+    if not JOBS.kill(job, errors, now=now, using=using, live=require_live_lease):
+        return False
+    job.errors = errors
+    _bury(job, now=now, using=using)
+    return True
+
+
+def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
+    """Write the dead letter in the transaction that retires the job."""
+    fields = pending_fields(job.errors[-1], attempts=job.attempts, now=now)
+    if job.replayed_from_id:
+        letter = DeadLetter.objects.using(using).select_for_update().get(pk=job.replayed_from_id)
+        return return_to_pending(letter, fields, job.errors, using=using)
+    return DeadLetter.objects.using(using).create(
+        job_id=job.pk,
+        original_job_id=job.pk,
+        task_path=job.task_path,
+        queue_name=job.queue_name,
+        priority=job.priority,
+        backend=job.backend,
+        args=job.args,
+        kwargs=job.kwargs,
+        idempotency_key=job.idempotency_key,
+        max_attempts=job.max_attempts,
+        errors=job.errors,
+        first_failed_at=datetime.fromisoformat(job.errors[0]["at"]),
+        **fields,
+    )
+
+
+def release(jobs: Sequence[Job], *, now: datetime | None = None, using: str = "default") -> int:
+    """Give leases back on graceful shutdown: claimable at once, the attempt not counted."""
+    return JOBS.release(jobs, now=now or timezone.now(), using=using)

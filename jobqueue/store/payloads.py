@@ -1,0 +1,90 @@
+"""Payload and error text as every database stores it: JSON only (no pickle, ever), no NUL, no
+lone surrogates, bounded."""
+
+from __future__ import annotations
+
+import json
+
+from jobqueue.conf import policy
+from jobqueue.errors import UnstorableValue
+from jobqueue.models import DeadLetter
+
+# One encoder for every payload: json.dumps with options builds a new encoder on each call,
+# which cost a bulk enqueue more than the encoding itself.
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def dumps(value) -> str:
+    """JSON for a payload column; refuses anything JSON cannot carry (no pickle, ever)."""
+    return _encode(value)
+
+
+def storable_json(value, what: str = "value") -> str:
+    """JSON text both databases store and give back unchanged.
+
+    Raises TypeError (not JSON), ValueError (NaN, infinity, an integer too long to print) or
+    UnstorableValue: a string or key holding NUL, which PostgreSQL refuses in jsonb ("unsupported
+    Unicode escape sequence"), or a lone surrogate, which it refuses as invalid JSON. SQLite
+    would take both; they are refused there too, so a payload's fate never depends on the
+    database. The encoder escapes every non-ASCII character, so one scan for a backslash-u
+    escape clears almost every text; only one containing such an escape is walked.
+    """
+    text = _encode(value)
+    if "\\u" in text and ("\\u0000" in text or "\\ud" in text):
+        _refuse_unstorable(value, what)
+    return text
+
+
+def _refuse_unstorable(value, path: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise UnstorableValue(
+                f"{path} contains NUL (\\u0000), which PostgreSQL cannot store; "
+                "encode binary data (base64) or strip it"
+            )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UnstorableValue(
+                f"{path} contains a lone surrogate ({value[exc.start]!a}), which is not text "
+                "a database can store; decode bytes with errors='replace'"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, f"a key of {path}")
+            _refuse_unstorable(item, f"{path}[{key!a}]")
+    elif isinstance(value, list | tuple):
+        for n, item in enumerate(value):
+            _refuse_unstorable(item, f"{path}[{n}]")
+
+
+def check_payload(args, kwargs) -> tuple[str, str]:
+    """JSON only, and small: pass ids, not documents, so a task reads fresh state when it runs
+    rather than a copy that went stale in the queue.
+
+    Returns the two JSON texts, so an insert encodes each payload once.
+    """
+    args_json, kwargs_json = storable_json(args, "args"), storable_json(kwargs, "kwargs")
+    size = len(args_json) + len(kwargs_json)
+    limit = policy("MAX_PAYLOAD_BYTES")
+    if size > limit:
+        raise ValueError(f"payload is {size} bytes, over the {limit}-byte limit")
+    return args_json, kwargs_json
+
+
+MAX_MESSAGE_CHARS = 4_000
+CLASS_PATH_CHARS = DeadLetter._meta.get_field("error_class").max_length
+MAX_TRACEBACK_CHARS = 64_000
+
+
+def storable_text(text: str, limit: int) -> str:
+    """Text any database column takes: no NUL (PostgreSQL refuses it), no lone surrogates
+    (undecodable bytes in an exception message), and bounded, keeping the end of a traceback."""
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        # The marker counts against the limit (a column may be exactly that wide); the number
+        # it prints never has more digits than len(text).
+        keep = max(limit - len(f"[{len(text)} characters cut]\n"), 0)
+        text = f"[{len(text) - keep} characters cut]\n" + text[len(text) - keep :]
+        text = text[-limit:] if len(text) > limit else text
+    return text

@@ -1,0 +1,63 @@
+"""Source "jobqueue": letters of our own jobs. A replay is a new ready job with the same task,
+payload and key, a fresh attempt budget, pointing back at its letter (`replayed_from`); the
+letter settles when that job is acknowledged or dies (jobqueue.store.jobs)."""
+
+from __future__ import annotations
+
+from django.db import connections
+
+from jobqueue.models import Job, JobState
+
+from .. import dialects
+from ..dead_letters import SKIP_KEY_HELD
+from . import BaseSource, Replayed
+
+
+class JobLetters(BaseSource):
+    name = "jobqueue"
+    label = "jobqueue"
+
+    def replay(self, letters, *, now, using):
+        results: dict[int, Replayed | str] = {}
+        keys = {letter.idempotency_key for letter in letters if letter.idempotency_key}
+        held = (
+            set(
+                Job.objects.using(using)
+                .filter(idempotency_key__in=keys)
+                .exclude(state=JobState.DEAD)
+                .values_list("idempotency_key", flat=True)
+            )
+            if keys
+            else set()
+        )
+        todo = []
+        for letter in letters:
+            if letter.idempotency_key and letter.idempotency_key in held:
+                results[letter.pk] = SKIP_KEY_HELD
+                continue
+            if letter.idempotency_key:
+                held.add(letter.idempotency_key)
+            todo.append(letter)
+        jobs = Job.objects.using(using).bulk_create(
+            [
+                Job(
+                    task_path=dl.task_path,
+                    args=dl.args,
+                    kwargs=dl.kwargs,
+                    queue_name=dl.queue_name,
+                    priority=dl.priority,
+                    backend=dl.backend,
+                    idempotency_key=dl.idempotency_key,
+                    max_attempts=dl.max_attempts,
+                    run_after=now,
+                    enqueued_at=now,
+                    state=JobState.READY,
+                    replayed_from=dl,
+                )
+                for dl in todo
+            ]
+        )
+        for letter, job in zip(todo, jobs, strict=True):
+            results[letter.pk] = Replayed(job=job)
+        dialects.of(using).notify(connections[using], {job.queue_name for job in jobs})
+        return results

@@ -1,0 +1,84 @@
+"""Dead-letter sources: a new one is one module and one settings entry, and every caller
+(store, console, CLI) reaches it through the registry, never by its name."""
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from deadletters import selectors
+from deadletters.apps import register_sources
+from deadletters.checks import console_setup
+from deadletters.forms import FilterForm
+from jobqueue import store
+from jobqueue.models import DeadLetter, Job
+from jobqueue.store import sources
+from tests.deadletters.workflow_source import STUCK
+from tests.factories import DeadLetterFactory
+
+pytestmark = pytest.mark.django_db
+PATH = "tests.deadletters.workflow_source.WorkflowLetters"
+
+
+@pytest.fixture
+def workflow(monkeypatch):
+    """The registry as it is, plus the workflow source from its settings entry."""
+    monkeypatch.setattr(sources, "_paths", dict(sources._paths))
+    monkeypatch.setattr(sources, "_loaded", dict(sources._loaded))
+    with override_settings(REDRIVE={"SOURCES": ["jobqueue", PATH]}):
+        register_sources()
+        yield sources.get("workflow")
+
+
+def test_a_settings_entry_registers_a_source_that_replays_and_discards(workflow):
+    ours = DeadLetterFactory()
+    theirs = DeadLetterFactory(source="workflow", task_path="wf.checkout")
+    cancelled = DeadLetterFactory(source="workflow", kwargs={"cancelled": True})
+    outcome = store.replay([ours.pk, theirs.pk, cancelled.pk])
+    assert outcome.refs == {theirs.pk: f"wf-{theirs.pk}"}
+    assert outcome.skipped == {cancelled.pk: STUCK}
+    assert isinstance(outcome.done[ours.pk], Job) and outcome.done[theirs.pk] is None
+    theirs.refresh_from_db()
+    assert (theirs.state, theirs.replays, theirs.replay_ref) == ("replaying", 1, f"wf-{theirs.pk}")
+    assert DeadLetter.objects.get(pk=cancelled.pk).state == "pending"  # a skip writes nothing
+    assert store.discard([cancelled.pk]).done == {cancelled.pk: None}
+    assert workflow.discarded == [cancelled.pk]
+
+
+def test_the_console_describes_and_filters_a_registered_source(workflow):
+    letter = DeadLetterFactory(source="workflow", task_path="wf.checkout")
+    origin = selectors.detail(letter.pk).origin
+    assert (origin.label, origin.reference_name, origin.reference) == (
+        "Workflow",
+        "run",
+        "wf.checkout",
+    )
+    form = FilterForm({"source": "workflow"})
+    assert form.is_valid() and form.to_filter().source == "workflow"
+    assert ("workflow", "Workflow") in form.fields["source"].choices
+
+
+def test_the_cli_accepts_a_registered_source(workflow, capsys):
+    DeadLetterFactory(source="workflow", task_path="wf.checkout")
+    DeadLetterFactory(task_path="tests.tasks.noop")
+    call_command("deadletters", "list", "--source", "workflow", "--json")
+    out = capsys.readouterr().out
+    assert "wf.checkout" in out and "tests.tasks.noop" not in out
+
+
+@override_settings(REDRIVE={"SOURCES": ["jobqueue", "tests.deadletters.no_such.Source"]})
+def test_a_source_that_does_not_import_is_refused_at_start_up(monkeypatch):
+    monkeypatch.setattr(sources, "_paths", dict(sources._paths))
+    assert "redrive.E005" in [error.id for error in console_setup()]
+
+
+def test_a_letter_of_an_unregistered_source_is_skipped_not_guessed():
+    letter = DeadLetterFactory(source="retired")
+    reason = "no dead-letter source 'retired' is registered"
+    assert store.replay([letter.pk]).skipped == {letter.pk: reason}
+    assert store.discard([letter.pk]).skipped == {letter.pk: reason}
+    assert DeadLetter.objects.get(pk=letter.pk).state == "pending"
+
+
+def test_a_letter_of_an_unregistered_source_is_still_shown():
+    letter = DeadLetterFactory(source="retired")
+    assert selectors.detail(letter.pk).origin.label == "retired"
