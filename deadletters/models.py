@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 
 from jobqueue.models import DeadLetter, Job
+from jobqueue.store import sources
 
 
 class Action(models.TextChoices):
@@ -199,9 +200,20 @@ class ReplayItem(models.Model):
         return JOB_OUTCOMES[job.state]
 
     @property
-    def republished(self) -> bool:
-        """An outbox replay: the same message made pending again (no job, no django-q2 task)."""
-        return self.external_id.startswith("outbox:")
+    def made_elsewhere(self):
+        """What a replay that made no job of ours produced, as the letter's source names it
+        (jobqueue.store.sources.Made), or None. `letter_source` may be preloaded by the
+        selector."""
+        if not self.external_id:
+            return None
+        source = getattr(self, "letter_source", None)
+        if source is None:
+            source = (
+                DeadLetter.objects.filter(pk=self.dead_letter_id)
+                .values_list("source", flat=True)
+                .first()
+            )
+        return sources.made(source, self.external_id)
 
     @property
     def external_outcome(self):

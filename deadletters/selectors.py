@@ -438,16 +438,15 @@ def run_items(
 
 
 def _preload_letter_states(items):
-    """One read for the letters of external (django-q2) replays, whose outcome they carry."""
+    """One read for the letters of external replays (outbox, django-q2): their outcome and
+    the source that names what the replay made."""
     ids = {item.dead_letter_id for item in items if item.external_id}
     if not ids:
         return
-    states = {
-        pk: (state, ref)
-        for pk, state, ref in DeadLetter.objects.filter(pk__in=ids).values_list(
-            "pk", "state", "replay_ref"
-        )
-    }
+    rows = DeadLetter.objects.filter(pk__in=ids).values_list("pk", "state", "replay_ref", "source")
+    states = {pk: (state, ref, source) for pk, state, ref, source in rows}
     for item in items:
         if item.external_id and item.dead_letter_id in states:
-            item.letter_state = states[item.dead_letter_id]
+            state, ref, source = states[item.dead_letter_id]
+            item.letter_state = (state, ref)
+            item.letter_source = source

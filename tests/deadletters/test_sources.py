@@ -82,3 +82,29 @@ def test_a_letter_of_an_unregistered_source_is_skipped_not_guessed():
 def test_a_letter_of_an_unregistered_source_is_still_shown():
     letter = DeadLetterFactory(source="retired")
     assert selectors.detail(letter.pk).origin.label == "retired"
+
+
+def test_the_ledger_names_what_a_replay_made_through_its_source(workflow, operator_client):
+    """No caller tells outbox from django-q2 from a host's source by name: the source says
+    what its replay made (the run page, the detail page and `deadletters show`)."""
+    from deadletters import services
+    from deadletters.models import ReplayItem
+    from tests.factories import UserFactory
+
+    letters = [DeadLetterFactory(source="workflow", task_path="wf.checkout")]
+    operator = UserFactory(username="ledger-op")
+    selection = services.freeze_selection(
+        operator=operator, action="replay", ids=[dl.pk for dl in letters]
+    )
+    run = services.start_run(operator=operator, selection=selection, reason="fixed")
+    items = {item.dead_letter_id: item for item in ReplayItem.objects.filter(run=run)}
+    wf_made = items[letters[0].pk].made_elsewhere
+    assert (wf_made.what, wf_made.reference) == ("Workflow reference", f"wf-{letters[0].pk}")
+    # (an outbox replay's ledger line: tests/outbox/test_relay.py)
+    assert sources.made("outbox", "outbox:2") == sources.Made("message republished")
+    assert sources.made("django_q2", "abc") == sources.Made("django-q2 task", "abc")
+    assert sources.made("gone", "x-1") == sources.Made("reference", "x-1")
+    page = operator_client.get(f"/deadletters/runs/{run.pk}/").content.decode()
+    assert f'Workflow reference <code class="external-id">wf-{letters[0].pk}</code>' in page
+    detail = operator_client.get(f"/deadletters/{letters[0].pk}/").content.decode()
+    assert f"→ Workflow reference wf-{letters[0].pk}" in detail

@@ -254,7 +254,7 @@ def test_cli_replays_through_the_same_service_and_shows_the_django_q2_task(bridg
     call_command("deadletters", "show", str(letter.pk), "--json", stdout=out)
     shown = json.loads(out.getvalue())
     assert shown["source"] == "django_q2"
-    assert shown["history"][0]["django_q2_task"] == letter.replay_ref
+    assert shown["history"][0]["made"] == {"what": "django-q2 task", "reference": letter.replay_ref}
     assert shown["history"][0]["replay_outcome"] == "pending"
 
 

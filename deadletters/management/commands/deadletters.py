@@ -180,8 +180,12 @@ class Command(cli.Command):
                     "reason": item.run.reason,
                     "skip_reason": item.skip_reason,
                     "job": item.job_id,
-                    "django_q2_task": (item.external_id or None) if not item.republished else None,
-                    "republished": item.republished,
+                    # A replay that made no job of ours: what it made, as its source says.
+                    "made": (
+                        {"what": made.what, "reference": made.reference or None}
+                        if (made := item.made_elsewhere)
+                        else None
+                    ),
                     "replay_outcome": item.job_outcome,
                     "at": item.at,
                 }

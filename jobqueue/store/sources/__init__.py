@@ -51,6 +51,15 @@ class Link:
 
 
 @dataclass(frozen=True, slots=True)
+class Made:
+    """A replay's product outside our job table, for people: what it is ("django-q2 task") and
+    the reference to show beside it ("" when there is none worth showing)."""
+
+    what: str
+    reference: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Description:
     """What the console shows about a letter's origin: its source's label and, where the
     source has one, a reference to the original (named, e.g. "task") with a link to it."""
@@ -89,6 +98,10 @@ class Source(Protocol):
         """The letter's origin for the console; `payload` is what the page will show."""
         ...
 
+    def made(self, ref: str) -> Made:
+        """What a replay that made no job of ours produced, from its `Replayed.ref`."""
+        ...
+
 
 class BaseSource:
     """Defaults a source may keep: discarding needs nothing of the source; no link."""
@@ -102,6 +115,9 @@ class BaseSource:
 
     def describe(self, letter, *, payload=None) -> Description:
         return Description(label=self.label)
+
+    def made(self, ref: str) -> Made:
+        return Made(f"{self.label} reference", ref)
 
 
 BUILTIN = {
@@ -157,3 +173,11 @@ def describe(letter: DeadLetter, *, payload=None) -> Description:
     except UnknownSource:
         return Description(label=letter.source)
     return source.describe(letter, payload=payload)
+
+
+def made(source_name: str | None, ref: str) -> Made:
+    """What the replay `ref` of a letter of `source_name` produced, as its source names it."""
+    try:
+        return get(source_name or "").made(ref)
+    except UnknownSource:
+        return Made("reference", ref)

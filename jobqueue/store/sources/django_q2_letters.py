@@ -34,7 +34,7 @@ from jobqueue.models import DeadLetter, DeadLetterState
 
 from ..dead_letters import pending_fields, return_to_pending, settle_replayed
 from ..payloads import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, storable_text
-from . import BaseSource, Description, Link, Replayed
+from . import BaseSource, Description, Link, Made, Replayed
 
 SOURCE = "django_q2"
 UNCONVERTED = "$not_json"  # marks a value shown as a summary
@@ -194,6 +194,9 @@ class DjangoQ2Letters(BaseSource):
     name = SOURCE
     label = "django-q2"
     requires = ("django_q", "redrive[django-q2]")
+
+    def made(self, ref):
+        return Made("django-q2 task", ref)
 
     def replay(self, letters, *, now, using):
         """Enqueue each letter's task again from its kept Failure row, in the caller's

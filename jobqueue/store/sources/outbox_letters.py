@@ -9,7 +9,7 @@ from django.db import connections
 from jobqueue.models import OutboxMessage, OutboxState
 
 from ..outbox_messages import NOTIFY_CHANNEL, SOURCE
-from . import BaseSource, Replayed
+from . import BaseSource, Made, Replayed
 
 SKIP_NOT_DEAD = "the outbox message is not dead (already republished?)"
 SKIP_GONE = "the outbox message no longer exists"
@@ -18,6 +18,10 @@ SKIP_GONE = "the outbox message no longer exists"
 class OutboxLetters(BaseSource):
     name = SOURCE
     label = "outbox"
+
+    def made(self, ref):
+        # The same message, pending again under its own id: nothing new to point at.
+        return Made("message republished")
 
     def replay(self, letters, *, now, using):
         results: dict[int, Replayed | str] = {}
