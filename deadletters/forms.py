@@ -6,12 +6,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from jobqueue.models import DeadLetterState
+from jobqueue.models import MAX_ID, DeadLetterState
 from jobqueue.store import sources
 
 from . import conf
 from .models import Action
-from .selectors import MAX_ID, AuditFilter, ListFilter, decode_cursor
+from .selectors import AuditFilter, ListFilter, decode_cursor
 
 ORDER_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first")]
 

@@ -12,7 +12,7 @@ from django.db.models import OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.models import DeadLetter, DeadLetterState, Job
+from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job
 from jobqueue.store import sources
 
 from . import conf, redaction
@@ -22,9 +22,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 POISON_REASON = "replayed {n} times already (poison limit)"
 # Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
 CHUNK = 5000
-# Ids are bigints on both databases: a larger number from a request is refused before it reaches
-# a query (SQLite raises OverflowError, PostgreSQL "bigint out of range").
-MAX_ID = 2**63 - 1
 
 
 # --- list ---------------------------------------------------------------------------------

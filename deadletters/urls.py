@@ -1,7 +1,8 @@
 from django.urls import path, register_converter
 
+from jobqueue.models import MAX_ID
+
 from . import dashboard, views
-from .selectors import MAX_ID
 
 
 class RowIdConverter:

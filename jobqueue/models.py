@@ -3,6 +3,10 @@
 from django.db import models
 from django.db.models import Q
 
+# The largest id a row can have (BigAutoField: a signed 64-bit integer on both databases); a
+# larger number in a URL, a form or a command line would overflow the query, not miss a row.
+MAX_ID = 2**63 - 1
+
 
 class JobState(models.TextChoices):
     READY = "ready", "Ready"

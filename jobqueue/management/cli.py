@@ -23,8 +23,6 @@ from jobqueue.logfmt import logfmt
 from jobqueue.loop import first_line, next_backoff
 from jobqueue.models import WorkerRecord
 
-# The largest id a bigint column holds; a larger one overflows SQLite's and PostgreSQL's integer.
-MAX_ID = 2**63 - 1
 # Rows a listing prints at most (beyond it, filter or use --json with a pager of your own).
 MAX_LIST_LIMIT = 10_000
 # Exit status of a command whose reader closed the pipe: what a shell reports for a tool killed

@@ -11,7 +11,7 @@ from deadletters.models import Action, ReplayRun
 from deadletters.roles import ACTION_PERMISSION, POISON, VIEW
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
-from jobqueue.models import DeadLetter, DeadLetterState
+from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
 from jobqueue.store import sources
 
 LIST_FIELDS = [
@@ -27,7 +27,7 @@ LIST_FIELDS = [
 ]
 # The filter options, as ListFilter fields.
 FILTERS = ("job_type", "error_class", "queue", "source")
-LETTER_ID = cli.integer(1, cli.MAX_ID, "a dead-letter id")
+LETTER_ID = cli.integer(1, MAX_ID, "a dead-letter id")
 
 
 def rate(text):

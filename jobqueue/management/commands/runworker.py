@@ -3,7 +3,7 @@ import signal
 import sys
 
 from jobqueue.management import cli
-from jobqueue.models import Job
+from jobqueue.models import MAX_ID, Job
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import Worker
@@ -46,7 +46,7 @@ class Command(cli.Command):
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
         parser.add_argument(
             "--max-jobs",
-            type=cli.integer(1, cli.MAX_ID),
+            type=cli.integer(1, MAX_ID),
             default=None,
             help="Exit after claiming this many jobs and finishing them.",
         )
