@@ -177,9 +177,15 @@ class Finished:
     job_id: int
     duration: float
     value: object = None
+    # `value` as the JSON its acknowledgement stores, checked and encoded once (_execute).
+    stored: str | None = None
     error: BaseException | None = None
     formatted: str = ""
     permanent: bool = False  # fail without retry whatever the error's class
+
+    @property
+    def acknowledged_value(self):
+        return self.value if self.stored is None else self.stored
 
 
 @dataclass
@@ -514,7 +520,7 @@ class Worker(Loop):
                 value = task.call(*job.args, **job.kwargs)
             try:
                 value = normalize_json(value)
-                store.storable_json(value, "the return value")
+                stored = store.CheckedJSON(store.storable_json(value, "the return value"))
             except (TypeError, ValueError) as exc:
                 # Recorded as raised (as Django's backends record the TypeError from converting
                 # it), but never retried: the task ran, and would only repeat its effect to
@@ -527,7 +533,7 @@ class Worker(Loop):
                     formatted="".join(tb.format_exception(exc)),
                     permanent=True,
                 )
-            return Finished(job.pk, time.monotonic() - started, value=value)
+            return Finished(job.pk, time.monotonic() - started, value=value, stored=stored)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
                 try:
@@ -598,7 +604,9 @@ class Worker(Loop):
         fault_point("after_effect")  # the handlers returned: their effects are committed
         try:
             acked = store.acknowledge(
-                [(held.job, fin.value) for held, fin in done], now=self.clock(), using=self.using
+                [(held.job, fin.acknowledged_value) for held, fin in done],
+                now=self.clock(),
+                using=self.using,
             )
         except DataError:
             # A value the database refuses fails the whole statement, and would again on every
@@ -616,7 +624,7 @@ class Worker(Loop):
             held, fin = done[0]
             try:
                 acked = store.acknowledge(
-                    [(held.job, fin.value)], now=self.clock(), using=self.using
+                    [(held.job, fin.acknowledged_value)], now=self.clock(), using=self.using
                 )
             except DataError as exc:
                 self._fail(

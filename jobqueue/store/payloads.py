@@ -19,6 +19,13 @@ def dumps(value) -> str:
     return _encode(value)
 
 
+class CheckedJSON(str):
+    """JSON text storable_json already produced: passed where a value is expected (the worker
+    hands its checked return values to acknowledge), it is stored as is, not encoded again."""
+
+    __slots__ = ()
+
+
 def storable_json(value, what: str = "value") -> str:
     """JSON text both databases store and give back unchanged.
 
@@ -29,6 +36,8 @@ def storable_json(value, what: str = "value") -> str:
     database. The encoder escapes every non-ASCII character, so one scan for a backslash-u
     escape clears almost every text; only one containing such an escape is walked.
     """
+    if type(value) is CheckedJSON:
+        return value
     text = _encode(value)
     if "\\u" in text and ("\\u0000" in text or "\\ud" in text):
         _refuse_unstorable(value, what)

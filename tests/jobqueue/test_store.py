@@ -330,3 +330,11 @@ def test_each_leased_table_is_extended_by_a_statement_for_its_own_leased_state()
             assert (
                 f"UPDATE {table}" in dialect.EXTEND[table] and f"'{state}'" in dialect.EXTEND[table]
             )
+
+
+def test_checked_json_is_stored_as_given_not_encoded_again():
+    """The worker checks and encodes a return value once (CheckedJSON); acknowledging it stores
+    that text, and a plain string is still a value to encode."""
+    checked = store.CheckedJSON(store.storable_json({"ok": [1, 2]}))
+    assert store.storable_json(checked) is checked
+    assert store.storable_json("plain") == '"plain"'
