@@ -9,6 +9,10 @@ class ProjectConfig(AppConfig):
     label = "redrive_project"
 
     def ready(self):
+        from jobqueue.checks import TAG
+
         from . import secret_key
 
-        checks.register(secret_key.check, checks.Tags.security)
+        # With Redrive's tag, so the worker and the relay (which run only those checks at
+        # start-up) refuse to start without a key too: every entry point of this project does.
+        checks.register(secret_key.check, checks.Tags.security, TAG)

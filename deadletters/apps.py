@@ -8,10 +8,12 @@ class DeadlettersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from jobqueue.checks import TAG
+
         from . import checks as deadletters_checks
 
-        checks.register(deadletters_checks.replay_settings)
-        checks.register(deadletters_checks.console_setup)
+        checks.register(deadletters_checks.replay_settings, TAG)
+        checks.register(deadletters_checks.console_setup, TAG)
         # Queue health counts pending dead letters through our trigger-kept counters (jobqueue,
         # which imports nothing from us, would otherwise count the big table); jobqueue asks
         # them to restore their triggers after each migrate.

@@ -16,6 +16,10 @@ from django.core import checks
 from django.db import connections
 from django.utils.module_loading import import_string
 
+# Every Redrive check carries this tag: the long-running commands run only these at start-up
+# (the project's URL, admin and template checks cost a worker's start and concern the web).
+TAG = "redrive"
+
 BACKEND_PATH = "jobqueue.backend.DatabaseBackend"
 
 SQLITE_OPTIONS_HINT = (
@@ -57,7 +61,7 @@ def _our_backends() -> list[str]:
     return ours
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register(checks.Tags.compatibility, TAG)
 def check_tasks_backend(app_configs=None, **kwargs):
     if _our_backends():
         return []
@@ -71,7 +75,7 @@ def check_tasks_backend(app_configs=None, **kwargs):
     ]
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register(checks.Tags.compatibility, TAG)
 def check_sqlite_locking(app_configs=None, databases=None, **kwargs):
     return sqlite_findings({alias: connections.settings[alias] for alias in connections})
 
@@ -97,7 +101,7 @@ def sqlite_findings(databases: dict) -> list[checks.CheckMessage]:
     return found
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register(checks.Tags.compatibility, TAG)
 def check_optional_packages(app_configs=None, **kwargs):
     """An optional part that is configured but whose extra is not installed."""
     from jobqueue.conf import setting
@@ -133,7 +137,7 @@ def _metrics_routed() -> bool:
         return False
 
 
-@checks.register(checks.Tags.security, deploy=True)
+@checks.register(checks.Tags.security, TAG, deploy=True)
 def check_metrics_token(app_configs=None, **kwargs):
     from jobqueue.conf import setting
 
@@ -167,7 +171,7 @@ def _declared_tasks():
                 yield value
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register(checks.Tags.compatibility, TAG)
 def check_task_timeouts(app_configs=None, **kwargs):
     """A handler that outlives its lease is reclaimed and run twice at once by another worker;
     the worker renews leases, but a timeout at or above the lease means the task is allowed to
@@ -219,7 +223,7 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-@checks.register(checks.Tags.compatibility)
+@checks.register(checks.Tags.compatibility, TAG)
 def check_settings(app_configs=None, **kwargs):
     """REDRIVE holds only keys some app declared, each of the kind of its default; settings
     of earlier versions are named with where they moved."""

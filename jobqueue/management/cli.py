@@ -8,18 +8,21 @@ one way a command refuses later (after looking something up). A reader that goes
 
 import argparse
 import contextlib
+import importlib
 import logging
 import math
 import os
+import pkgutil
 import re
 import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
-from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.recorder import MigrationRecorder
 
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import Formatter, logfmt
 from jobqueue.loop import first_line, next_backoff
 from jobqueue.models import WorkerRecord
 
@@ -216,7 +219,7 @@ def show_event_lines(level: str | int | None = None) -> logging.Logger:
     logger = EVENTS
     if not logger.hasHandlers():
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
@@ -261,14 +264,25 @@ def wait_for_database():
             time.sleep(delay)
 
 
-def ensure_migrated():
-    """Refuse to start on an unmigrated database rather than retry a missing table forever."""
-    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
-    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    if pending:
-        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:3])
+def ensure_migrated(app_labels=("jobqueue",)):
+    """Refuse to start on a database missing the queue's migrations rather than retry a missing
+    table forever. The queue's migration files are compared by name with django_migrations:
+    building every installed app's migration graph cost a worker's start more than its claims."""
+    applied = MigrationRecorder(connections[DEFAULT_DB_ALIAS]).applied_migrations()
+    missing = []
+    for label in app_labels:
+        module_name, _ = MigrationLoader.migrations_module(label)
+        if module_name is None:  # MIGRATION_MODULES turned them off
+            continue
+        path = importlib.import_module(module_name).__path__
+        on_disk = sorted(
+            name for _, name, is_package in pkgutil.iter_modules(path) if not is_package
+        )
+        missing += [f"{label}.{name}" for name in on_disk if (label, name) not in applied]
+    if missing:
         raise CommandError(
-            f"the database has unapplied migrations ({names}...): run `manage.py migrate` first"
+            f"the database has unapplied migrations ({', '.join(missing[:3])}...): "
+            "run `manage.py migrate` first"
         )
 
 

@@ -52,3 +52,17 @@ def test_a_hosts_own_handler_wins(bare_logger, capsys):
 def test_an_unknown_level_is_refused():
     with pytest.raises(KeyError):
         cli.show_event_lines("chatty")
+
+
+@pytest.mark.parametrize("created", [1_700_000_000.0, 1_700_000_000.9995, 1_700_000_059.25])
+@pytest.mark.parametrize("fmt", ["%(asctime)s %(levelname)s %(message)s", "%(message)s"])
+def test_the_event_formatter_writes_what_logging_formatter_writes(created, fmt):
+    from jobqueue.logfmt import Formatter
+
+    ours, theirs = Formatter(fmt), logging.Formatter(fmt)
+    for when in (created, created + 0.001, created + 1):  # same second, and the next one
+        record = logging.LogRecord("jobqueue.worker", logging.INFO, "f", 1, "event=x", None, None)
+        record.created, record.msecs = when, (when - int(when)) * 1000
+        assert ours.format(record) == theirs.format(record)
+    dated = Formatter("%(asctime)s", datefmt="%Y")
+    assert dated.format(record) == logging.Formatter("%(asctime)s", datefmt="%Y").format(record)

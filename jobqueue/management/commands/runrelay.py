@@ -1,9 +1,11 @@
+from jobqueue.checks import TAG
 from jobqueue.management import cli
 from jobqueue.relay import Relay
 
 
 class Command(cli.Command):
     help = "Run an outbox relay: claim unpublished messages, publish them, mark them published."
+    requires_system_checks = [TAG]
 
     def add_arguments(self, parser):
         cli.add_loop_arguments(

@@ -2,6 +2,7 @@ import logging
 import signal
 import sys
 
+from jobqueue.checks import TAG
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
 from jobqueue.outbox import setting
@@ -13,6 +14,7 @@ logger = logging.getLogger("jobqueue.worker")
 
 class Command(cli.Command):
     help = "Run a worker that claims jobs, runs their tasks and acknowledges them."
+    requires_system_checks = [TAG]
 
     def add_arguments(self, parser):
         cli.add_loop_arguments(
