@@ -52,8 +52,15 @@ class Job(models.Model):
     return_value = models.JSONField(null=True, blank=True)
 
     # Set on jobs created by replaying a dead letter; ties the retry back to the operator's item.
+    # Indexed only where set (jobqueue_job_replayed_idx): almost no job is a replay, and every
+    # index a claim and an acknowledgement must update costs the drain.
     replayed_from = models.ForeignKey(
-        "DeadLetter", null=True, blank=True, on_delete=models.SET_NULL, related_name="replay_jobs"
+        "DeadLetter",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="replay_jobs",
+        db_index=False,
     )
 
     objects = JobQuerySet.as_manager()
@@ -78,7 +85,16 @@ class Job(models.Model):
                 name="jobqueue_job_leased_idx",
                 condition=Q(state="running"),
             ),
-            models.Index(fields=["state", "id"], name="jobqueue_job_state_idx"),
+            # Ready and running rows have the indexes above; finished ones are most of the table
+            # and are listed newest first along the primary key. Only dead jobs, few among
+            # millions, need their own: a full (state, id) index cost every claim and every
+            # acknowledgement an index entry.
+            models.Index(fields=["id"], name="jobqueue_job_dead_idx", condition=Q(state="dead")),
+            models.Index(
+                fields=["replayed_from"],
+                name="jobqueue_job_replayed_idx",
+                condition=Q(replayed_from__isnull=False),
+            ),
         ]
         constraints = [
             # A key names one obligation: at most one job per key that is not dead.

@@ -241,10 +241,10 @@ def acknowledge(
     rows = []
     for job, value in done:
         try:
-            rows.append((job.pk, job.lease_token, storable_json(value, "the return value")))
+            rows.append((job.id, job.lease_token, storable_json(value, "the return value")))
         except (TypeError, ValueError) as exc:
             raise DataError(f"job {job.pk}: {exc}") from exc
-    replayed = [job.pk for job, _ in done if job.replayed_from_id]
+    replayed = [job.id for job, _ in done if job.replayed_from_id]
     # PostgreSQL acknowledges the batch in one statement; only replayed jobs need a second
     # statement (their dead letters) in the same transaction.
     with _atomic_if(replayed or dialect.LOOPS, using):

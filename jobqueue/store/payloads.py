@@ -19,6 +19,9 @@ def dumps(value) -> str:
     return _encode(value)
 
 
+_EMPTY = {type(None): "null", list: "[]", dict: "{}"}
+
+
 class CheckedJSON(str):
     """JSON text storable_json already produced: passed where a value is expected (the worker
     hands its checked return values to acknowledge), it is stored as is, not encoded again."""
@@ -38,6 +41,9 @@ def storable_json(value, what: str = "value") -> str:
     """
     if type(value) is CheckedJSON:
         return value
+    empty = _EMPTY.get(type(value))  # most payloads and return values: no encoding
+    if empty is not None and not value:
+        return empty
     text = _encode(value)
     if "\\u" in text and ("\\u0000" in text or "\\ud" in text):
         _refuse_unstorable(value, what)

@@ -1,10 +1,16 @@
 """PostgreSQL statements of the store: SKIP LOCKED claims and one-statement batch updates."""
 
 import json
+import re
 
 from jobqueue.models import Job, OutboxMessage
 
-from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
+from .rows import Rows
+from .sql_common import CLAIM_KNOWS, LEASED, OUTBOX_KEY_IS_FREE, claimed
+
+# A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
+JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
+OUTBOX_ROWS = Rows(OutboxMessage)
 
 NOTIFY_CHANNEL = "jobqueue"
 LOOPS = False  # batches are single statements
@@ -33,20 +39,24 @@ UPDATE jobqueue_job AS j SET
     worker_ids = j.worker_ids || jsonb_build_array(%(worker_id)s::text)
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.*
+RETURNING {returning}
 )
-SELECT * FROM claimed ORDER BY priority DESC, run_after, id
+SELECT {columns} FROM claimed ORDER BY priority DESC, run_after, id
 """
 
+# The batch is one JSON document (id, token, [value]): return values go in as the JSON text the
+# worker already checked, and composing it cost a fraction of quoting three arrays element by
+# element. (Each value is wrapped in an array so a JSON null stays a JSON null, not SQL NULL.)
 ACKNOWLEDGE = """
 UPDATE jobqueue_job AS j SET
-    state = 'done', finished_at = %(now)s, return_value = v.result::jsonb,
+    state = 'done', finished_at = %(now)s, return_value = v.r -> 0,
     lease_token = NULL, locked_until = NULL, locked_by = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::text[]) AS v(id, token, result)
-WHERE j.id = v.id AND j.state = 'running' AND j.lease_token = v.token
+FROM json_to_recordset(%(rows)s::json) AS v(i bigint, t text, r jsonb)
+WHERE j.id = v.i AND j.state = 'running' AND j.lease_token = v.t
   AND j.locked_until > %(now)s
 RETURNING j.id
 """
+_PLAIN_TOKEN = re.compile(r"[0-9A-Za-z-]*").fullmatch  # what gen_random_uuid()::text makes
 
 # A heartbeat's leases, in one statement; a table's own state for "leased" is formatted in.
 _EXTEND = """
@@ -163,8 +173,16 @@ def insert_many(connection, jobs, *, now):
                 job.pk = job_id
 
 
+_CLAIM_ALL, _CLAIM_QUEUES = (
+    CLAIM.format(
+        queue_filter=queue_filter, returning=JOB_ROWS.columns("j"), columns=JOB_ROWS.columns()
+    )
+    for queue_filter in ("", "AND queue_name = ANY(%(queues)s)")
+)
+
+
 def claim(connection, *, worker_id, queues, limit, now, lease_until):
-    sql = CLAIM.format(queue_filter="AND queue_name = ANY(%(queues)s)" if queues else "")
+    sql = _CLAIM_QUEUES if queues else _CLAIM_ALL
     params = {
         "now": now,
         "limit": limit,
@@ -172,17 +190,26 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until):
         "worker_id": worker_id,
         "queues": queues,
     }
-    return list(Job.objects.raw(sql, params))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return JOB_ROWS.read(connection, cursor.fetchall(), **claimed(params))
 
 
 def acknowledge(connection, rows, *, now):
-    ids, tokens, results = zip(*rows, strict=True)
+    """rows: (id, lease token, return value as storable JSON text)."""
+    document = ",".join(
+        f'{{"i":{int(job_id)},"t":{_json_token(token)},"r":[{result}]}}'
+        for job_id, token, result in rows
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            ACKNOWLEDGE,
-            {"ids": list(ids), "tokens": list(tokens), "results": list(results), "now": now},
-        )
+        cursor.execute(ACKNOWLEDGE, {"rows": f"[{document}]", "now": now})
         return {row[0] for row in cursor.fetchall()}
+
+
+def _json_token(token) -> str:
+    if token is None:
+        return "null"
+    return f'"{token}"' if _PLAIN_TOKEN(token) else json.dumps(token)
 
 
 def extend(connection, table, leases, *, now, until):
@@ -265,7 +292,7 @@ UPDATE jobqueue_outbox AS m SET
     last_attempted_at = %(now)s
 FROM picked
 WHERE m.id = picked.id
-RETURNING m.*
+RETURNING {OUTBOX_ROWS.columns("m")}
 """
 
 # The `jobs` destination's fan-out: every job of a batch in one statement (a keyed insert per job
@@ -298,7 +325,9 @@ def outbox_insert(connection, params) -> int:
 
 
 def outbox_claim(connection, params) -> list[OutboxMessage]:
-    return list(OutboxMessage.objects.raw(OUTBOX_CLAIM, params))
+    with connection.cursor() as cursor:
+        cursor.execute(OUTBOX_CLAIM, params)
+        return OUTBOX_ROWS.read(connection, cursor.fetchall())
 
 
 def outbox_insert_jobs(connection, news, now) -> None:

@@ -37,3 +37,22 @@ UPDATE jobqueue_outbox SET
 WHERE id IN ({ids}) AND state = 'leased' AND lease_token = %s AND locked_until > %s
 RETURNING id, dead_letter_id
 """
+
+
+# Columns whose values a job claim knows without reading them back: it sets the lease, and a
+# claimable (ready) row has no result and no finish time.
+CLAIM_KNOWS = (
+    "state", "locked_until", "locked_by", "last_attempted_at", "finished_at", "return_value"
+)  # fmt: skip
+
+
+def claimed(params: dict) -> dict:
+    """The CLAIM_KNOWS values of the rows a claim with these parameters leased."""
+    return {
+        "state": "running",
+        "locked_until": params["lease_until"],
+        "locked_by": params["worker_id"],
+        "last_attempted_at": params["now"],
+        "finished_at": None,
+        "return_value": None,
+    }

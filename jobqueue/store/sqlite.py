@@ -9,7 +9,13 @@ the subquery cannot see a concurrent claim's rows half-updated.
 
 from jobqueue.models import Job, OutboxMessage
 
-from .sql_common import LEASED, OUTBOX_KEY_IS_FREE
+from .rows import Rows
+from .sql_common import CLAIM_KNOWS, LEASED, OUTBOX_KEY_IS_FREE, claimed
+
+# A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
+JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
+OUTBOX_ROWS = Rows(OutboxMessage)
+_JOB_COLUMNS = JOB_ROWS.columns()
 
 LOOPS = True  # batches are one statement per row: run them under one write lock
 INSERT_CHUNK = 500
@@ -30,7 +36,7 @@ WHERE id IN (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 )
-RETURNING *
+RETURNING {returning}
 """
 
 ACKNOWLEDGE = """
@@ -73,7 +79,13 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until):
         names = [f"%(q{i})s" for i in range(len(queues))]
         queue_filter = f"AND queue_name IN ({', '.join(names)})"
         params.update({f"q{i}": q for i, q in enumerate(queues)})
-    jobs = list(Job.objects.raw(CLAIM.format(queue_filter=queue_filter), params))
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM.format(queue_filter=queue_filter, returning=_JOB_COLUMNS), params)
+        jobs = JOB_ROWS.read(
+            connection,
+            cursor.fetchall(),
+            **claimed({"now": now, "lease_until": lease_until, "worker_id": worker_id}),
+        )
     # SQLite returns RETURNING rows in no promised order (in practice by id): the batch starts
     # in the subquery's order, best priority first, as PostgreSQL's claim returns it.
     jobs.sort(key=_start_order)
@@ -164,7 +176,7 @@ WHERE id IN (
     ORDER BY m.id
     LIMIT %(limit)s
 )
-RETURNING *
+RETURNING {OUTBOX_ROWS.columns()}
 """
 
 
@@ -175,7 +187,9 @@ def outbox_insert(connection, params) -> int:
 
 
 def outbox_claim(connection, params) -> list[OutboxMessage]:
-    return list(OutboxMessage.objects.raw(OUTBOX_CLAIM, params))
+    with connection.cursor() as cursor:
+        cursor.execute(OUTBOX_CLAIM, params)
+        return OUTBOX_ROWS.read(connection, cursor.fetchall())
 
 
 def outbox_insert_jobs(connection, news, now) -> None:

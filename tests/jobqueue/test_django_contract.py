@@ -377,7 +377,7 @@ def test_claim_sql_orders_what_it_returns():
     from jobqueue.store import postgresql
 
     tail = postgresql.CLAIM.strip().splitlines()[-1]
-    assert tail == "SELECT * FROM claimed ORDER BY priority DESC, run_after, id"
+    assert tail == "SELECT {columns} FROM claimed ORDER BY priority DESC, run_after, id"
 
 
 def test_run_after_in_the_past_is_kept_on_the_result_and_runs_at_once(run_worker):

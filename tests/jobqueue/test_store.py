@@ -57,6 +57,21 @@ def test_claim_writes_a_fresh_lease_and_records_the_worker():
     assert row.started_at == at(0)
 
 
+def test_a_claimed_job_is_the_row_as_the_orm_reads_it():
+    """The claim builds its Job instances without the ORM (jobqueue.store.rows) and fills in
+    the lease it wrote rather than reading it back: every field must match a fresh read."""
+    enqueue(args=[1, "two", {"three": [3.5, None]}], kwargs={"k": "é"}, idempotency_key="key:1")
+    enqueue(priority=-2, queue_name="other")
+    claimed = claim(at(1), lease=7, worker="host:2")
+    assert len(claimed) == 2
+    for job in claimed:
+        row = Job.objects.get(pk=job.pk)
+        for field in Job._meta.concrete_fields:
+            mine, theirs = getattr(job, field.attname), getattr(row, field.attname)
+            assert mine == theirs and type(mine) is type(theirs), field.attname
+        assert job._state.adding is False and job._state.db == "default"
+
+
 def test_claim_takes_at_most_the_limit_in_priority_order():
     low = [enqueue(priority=0) for _ in range(3)]
     high = enqueue(priority=10)
