@@ -194,7 +194,7 @@ def main():
     claims = sorted(
         float(ms)
         for text in logs
-        for ms in re.findall(r"event=claim_batch .*duration_ms=([\d.]+)", text)
+        for ms in re.findall(r"event=claimed .*duration_ms=([\d.]+)", text)
     )
     p99_claim = claims[int(len(claims) * 0.99)] if claims else float("nan")
     print(f"soak: {opts.minutes:g} min, {opts.workers} workers, {len(ids)} jobs enqueued")

@@ -23,7 +23,7 @@ import traceback as tb
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from django.db import DatabaseError, DataError, close_old_connections, connections
 from django.db.backends.signals import connection_created
@@ -56,8 +56,12 @@ from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
 logger = logging.getLogger("jobqueue.worker")
-MAX_PREFETCH = 100
+MAX_PREFETCH = 200
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
+JSON_SCALARS = frozenset({str, int, float, bool, type(None)})  # normalize_json leaves them be
+MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
+# Seconds a finished job may wait for its acknowledgement while handlers stay busy.
+SETTLE_INTERVAL = 0.02
 
 # JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat: SIGKILL at that point.
 fault_point = FaultPoints(
@@ -66,21 +70,55 @@ fault_point = FaultPoints(
 
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
-    """One line per job event: event=… job_id=… task=… queue=… key=… attempt=… (two per job
-    at INFO, so written without the generic helper's intermediate dict)."""
+    """One line per job event: event=… job_id=… task=… queue=… key=… attempt=… and fields."""
     if not logger.isEnabledFor(level):
         return
-    text = (
-        f"event={event} job_id={job.pk} task={logfmt(job.task_path)} "
-        f"queue={logfmt(job.queue_name)} key={logfmt(job.idempotency_key or '-')} "
-        f"attempt={job.attempts}"
-    )
+    text = _job_line(event, job)
     if fields:
         text += " " + " ".join(f"{k}={logfmt(v)}" for k, v in fields.items())
-    logger.log(level, text)
+    _emit(level, text)
 
 
-@dataclass
+def log_succeeded(job: Job, duration: float):
+    """The line every successful job writes at INFO: built in one f-string."""
+    if logger.isEnabledFor(logging.INFO):
+        line = _job_line("succeeded", job)
+        _emit(logging.INFO, f"{line} duration_ms={duration * 1000:.1f} outcome=ok")
+
+
+def _job_line(event: str, job: Job) -> str:
+    key = job.idempotency_key
+    return (
+        f"event={event} job_id={job.id} task={_logfmt_name(job.task_path)} "
+        f"queue={_logfmt_name(job.queue_name)} key={'-' if key is None else logfmt(key)} "
+        f"attempt={job.attempts}"
+    )
+
+
+def _emit(level: int, text: str):
+    """Logger.log without its caller lookup (a stack walk per line): every job line comes from
+    this module. Handlers, filters and formatters see the same record either way."""
+    logger.handle(logger.makeRecord(logger.name, level, __file__, 0, text, None, None, "log_event"))
+
+
+# Task paths and queue names repeat on every line: escaped once each (bounded, as a row may hold
+# any text in them).
+_logfmt_name = lru_cache(maxsize=1024)(logfmt)
+
+
+class _IdList:
+    """The claimed jobs' ids, comma-separated, formatted only if the line is written."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+    def __str__(self):
+        return ",".join(str(job.id) for job in self.jobs)
+
+
+@dataclass(slots=True)
 class Held:
     """A job whose lease this worker holds."""
 
@@ -114,7 +152,7 @@ class LeaseTable(Mapping):
 
     def hold(self, job: Job) -> None:
         with self._lock:
-            self._held[job.pk] = Held(job)
+            self._held[job.id] = Held(job)
 
     def start(
         self, job: Job, thread: threading.Thread | None, *, handback: Callable | None = None
@@ -123,7 +161,7 @@ class LeaseTable(Mapping):
         lost, then claimed again, leaves a second copy of the job in the inbox). With
         `handback` (the worker is stopping) such a claim is not begun but handed to it."""
         with self._lock:
-            held = self._held.get(job.pk)
+            held = self._held.get(job.id)
             if held is None or held.lost or held.job is not job or held.started is not None:
                 return None
             if handback is not None:
@@ -153,6 +191,11 @@ class LeaseTable(Mapping):
         with self._lock:
             return self._held.pop(job_id, None)
 
+    def finish_all(self, job_ids) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                self._held.pop(job_id, None)
+
     def abandon(self, job_id: int) -> Held | None:
         """Past its timeout: forgotten while its handler may still be running it."""
         return self.finish(job_id)
@@ -172,7 +215,7 @@ class LeaseTable(Mapping):
             return [h.job for h in self._held.values()]
 
 
-@dataclass
+@dataclass(slots=True)
 class Finished:
     job_id: int
     duration: float
@@ -256,6 +299,8 @@ class Worker(Loop):
         self._last_record = 0.0
         self._claimed_empty = False  # burst mode: the last claim found nothing
         self._main_thread: int | None = None  # set by run(): only its connection is configured
+        self._low_water = 0  # held jobs at or below which the main thread claims more
+        self._announce_start = False  # send task_started (someone listens)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -278,6 +323,16 @@ class Worker(Loop):
             )
 
     def run(self) -> int:
+        # A log record looks up the running asyncio task; with no event loop (the worker runs
+        # none: an async task runs in one of its own) that lookup raises and catches an
+        # exception, which cost more than the rest of the job's line. Restored on exit.
+        tasks_logged, logging.logAsyncioTasks = logging.logAsyncioTasks, False
+        try:
+            return self._run()
+        finally:
+            logging.logAsyncioTasks = tasks_logged
+
+    def _run(self) -> int:
         self._main_thread = threading.get_ident()
         connection_created.connect(self._configure_connection)
         if connections[self.using].connection is not None:  # already open: configure it now
@@ -324,18 +379,21 @@ class Worker(Loop):
 
     def _loop(self):
         while not self.stopping:
+            # Cleared before the step, not after the wait: a wake-up sent while the step runs
+            # (a handler finishing the last job it had) must not be lost.
+            self.wake.clear()
             try:
                 progressed = self._step()
                 self._db_backoff = 0.0
             except DatabaseError as exc:
-                progressed = False
                 self._database_trouble(exc)
                 continue
             if self._done():
                 return
-            if not progressed:
-                self.wake.wait(self._idle_timeout())
-                self.wake.clear()
+            # While handlers are busy they wake this thread only when the inbox runs low or
+            # empty; meanwhile it settles what they finished every SETTLE_INTERVAL, so one
+            # acknowledgement carries many jobs instead of one each.
+            self.wake.wait(SETTLE_INTERVAL if progressed else self._idle_timeout())
 
     def _step(self) -> bool:
         self._revive_handlers()
@@ -345,10 +403,13 @@ class Worker(Loop):
         self._enforce_timeouts()
         if self.stopping:
             return progressed
+        # Asked here, once per step, rather than by handlers once per job.
+        self._announce_start = wants(task_started, log_task_started)
         window = self.concurrency + self._prefetch_window()
         held = len(self.held)
         # Refill at the low-water mark rather than after every job: fewer, fuller claims.
-        limit = window - held if held < self.concurrency or held <= window // 2 else 0
+        self._low_water = window // 2
+        limit = window - held if held < self.concurrency or held <= self._low_water else 0
         if self.max_jobs is not None:
             limit = min(limit, self.max_jobs - self.stats.claimed)
         if limit > 0:
@@ -373,18 +434,20 @@ class Worker(Loop):
             self._claimed_empty = not jobs
             if jobs:
                 fault_point("after_claim")
+                # One line per claim, naming every job it leased (a line per job cost more than
+                # a quick job's whole run); each job's outcome has its own line.
                 logger.info(
-                    "event=claim_batch worker=%s n=%d limit=%d duration_ms=%.1f",
+                    "event=claimed worker=%s n=%d limit=%d duration_ms=%.1f job_ids=%s",
                     self.worker_id,
                     len(jobs),
                     limit,
                     (time.monotonic() - claim_started) * 1000,
+                    _IdList(jobs),
                 )
             for job in jobs:
-                self.stats.claimed += 1
                 self.held.hold(job)
-                log_event("claimed", job, worker=self.worker_id)
                 self.inbox.put(job)
+            self.stats.claimed += len(jobs)
             progressed = progressed or bool(jobs)
         return progressed
 
@@ -493,7 +556,11 @@ class Worker(Loop):
                     self.held.returned(held)
                     self.finished.put(outcome)
                 finally:
-                    self.wake.set()
+                    # Refill time (the main thread claims at the low-water mark), or nothing
+                    # left to run: wake the main thread. Otherwise it settles on its own clock.
+                    waiting = self.inbox.qsize()
+                    if waiting == 0 or waiting + self.concurrency <= self._low_water:
+                        self.wake.set()
         finally:
             self._abandoned.discard(me)
             # This thread's Django connection dies with it rather than lingering server-side.
@@ -502,24 +569,27 @@ class Worker(Loop):
     def _execute(self, job: Job) -> Finished:
         started = time.monotonic()
         try:
-            task, signature = self.tasks.resolve(job.task_path)
+            task, _, plain = self.tasks.resolve(job.task_path)
             try:
                 if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
                     raise TypeError("args must be a JSON array and kwargs a JSON object")
                 store.check_payload(job.args, job.kwargs)
-                signature.bind(*([None] if task.takes_context else []), *job.args, **job.kwargs)
+                self.tasks.check_call(job.task_path, job.args, job.kwargs)
             except (TypeError, ValueError) as exc:
                 raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc
             result = None
-            if task.takes_context or wants(task_started, log_task_started):
+            if task.takes_context or self._announce_start:
                 result = self.backend.result_for(job, task)
                 task_started.send(type(self.backend), task_result=result)
             if task.takes_context:
                 value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+            elif plain:  # what Task.call does for a function that is not a coroutine
+                value = task.func(*job.args, **job.kwargs)
             else:
                 value = task.call(*job.args, **job.kwargs)
             try:
-                value = normalize_json(value)
+                if type(value) not in JSON_SCALARS:
+                    value = normalize_json(value)
                 stored = store.CheckedJSON(store.storable_json(value, "the return value"))
             except (TypeError, ValueError) as exc:
                 # Recorded as raised (as Django's backends record the TypeError from converting
@@ -533,7 +603,7 @@ class Worker(Loop):
                     formatted="".join(tb.format_exception(exc)),
                     permanent=True,
                 )
-            return Finished(job.pk, time.monotonic() - started, value=value, stored=stored)
+            return Finished(job.id, time.monotonic() - started, value=value, stored=stored)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
                 try:
@@ -602,10 +672,11 @@ class Worker(Loop):
         """Store successes in one statement, removing each from `done` once settled (whatever
         is left there when a database error escapes goes back for the next step)."""
         fault_point("after_effect")  # the handlers returned: their effects are committed
+        now = self.clock()
         try:
             acked = store.acknowledge(
                 [(held.job, fin.acknowledged_value) for held, fin in done],
-                now=self.clock(),
+                now=now,
                 using=self.using,
             )
         except DataError:
@@ -616,15 +687,16 @@ class Worker(Loop):
             self._acknowledge_one_by_one(done)
             return
         fault_point("after_ack")
-        self._settle_acknowledged(done, acked)
+        self._settle_acknowledged(done, acked, now)
         done.clear()
 
     def _acknowledge_one_by_one(self, done):
         while done:
             held, fin = done[0]
+            now = self.clock()
             try:
                 acked = store.acknowledge(
-                    [(held.job, fin.acknowledged_value)], now=self.clock(), using=self.using
+                    [(held.job, fin.acknowledged_value)], now=now, using=self.using
                 )
             except DataError as exc:
                 self._fail(
@@ -636,22 +708,26 @@ class Worker(Loop):
                 )
                 self.held.finish(held.job.pk)
             else:
-                self._settle_acknowledged([(held, fin)], acked)
+                self._settle_acknowledged([(held, fin)], acked, now)
             done.pop(0)
 
-    def _settle_acknowledged(self, done, acked):
+    def _settle_acknowledged(self, done, acked, now):
+        announce = wants(task_finished, log_task_finished)  # asked once per batch, not per job
+        logged = logger.isEnabledFor(logging.INFO)
+        self.held.finish_all(held.job.id for held, _ in done)
+        minute = now.replace(second=0, microsecond=0)
         for held, fin in done:
-            self.held.finish(held.job.pk)
             job = held.job
-            if job.pk in acked:
+            if job.id in acked:
                 self.stats.succeeded += 1
-                tally = self._tally(job)
+                tally = self._tally(job, minute)
                 tally.succeeded += 1
-                tally.last_success_at = self.clock()
-                job.state, job.return_value = JobState.DONE, fin.value
-                job.finished_at = self.clock()
-                log_event("succeeded", job, duration_ms=f"{fin.duration * 1000:.1f}", outcome="ok")
-                self._send_finished(job)
+                tally.last_success_at = now
+                job.state, job.return_value, job.finished_at = JobState.DONE, fin.value, now
+                if logged:
+                    log_succeeded(job, fin.duration)
+                if announce:
+                    self._send_finished(job)
             else:
                 self._lease_lost(job, "acknowledge")
 
@@ -683,7 +759,7 @@ class Worker(Loop):
         ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
         if ok:
-            tally = self._tally(job)
+            tally = self._tally(job, now.replace(second=0, microsecond=0))
             tally.failed += 1
             tally.dead += retry_at is None
         if not ok:
@@ -704,8 +780,7 @@ class Worker(Loop):
             log_event("dead_lettered", job, logging.ERROR, outcome="dead", **fields)
             self._send_finished(job, exc)
 
-    def _tally(self, job: Job) -> store.Tally:
-        minute = self.clock().replace(second=0, microsecond=0)
+    def _tally(self, job: Job, minute) -> store.Tally:
         key = (minute, job.queue_name, job.task_path)
         if key not in self._tallies:
             self._tallies[key] = store.Tally()
@@ -858,6 +933,19 @@ class TaskCache:
 
     def __init__(self):
         self._resolved: dict[str, tuple] = {}
+        # Call shapes (task, argument count, keyword names) known to bind: whether arguments
+        # bind depends on nothing else, and Signature.bind cost more than a quick job.
+        self._shapes: set[tuple] = set()
+
+    def check_call(self, path: str, args: list, kwargs: dict) -> None:
+        """Raise TypeError unless the task (resolved) takes these arguments."""
+        shape = (path, len(args), *kwargs)
+        if shape in self._shapes:
+            return
+        task, signature, _ = self._resolved[path]
+        signature.bind(*([None] if task.takes_context else []), *args, **kwargs)
+        if len(self._shapes) < MAX_CALL_SHAPES:
+            self._shapes.add(shape)
 
     def resolve(self, path: str):
         try:
@@ -868,7 +956,11 @@ class TaskCache:
             task = load_task(path)
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             raise UnknownTask(f"cannot load task {path!r}: {exc}") from exc
-        self._resolved[path] = (task, inspect.signature(task.func))
+        self._resolved[path] = (
+            task,
+            inspect.signature(task.func),
+            not inspect.iscoroutinefunction(task.func),
+        )
         return self._resolved[path]
 
     def get(self, path: str):

@@ -14,7 +14,7 @@ from django.tasks import task_backends
 from jobqueue.models import DeadLetter, Execution, Job, JobState
 from tests import tasks
 
-CLAIMED = re.compile(r"event=claimed job_id=(\d+)")
+CLAIMED = re.compile(r"event=claimed .*job_ids=([\d,]+)")
 
 
 def enqueue_ledger(n: int, prefix: str, work_ms: float = 5.0) -> list[int]:
@@ -31,7 +31,8 @@ def unfinished(ids) -> int:
 def claimed_lines(log_paths) -> Counter:
     counts = Counter()
     for path in log_paths:
-        counts.update(int(m) for m in CLAIMED.findall(Path(path).read_text()))
+        for ids in CLAIMED.findall(Path(path).read_text()):
+            counts.update(int(job_id) for job_id in ids.split(","))
     return counts
 
 

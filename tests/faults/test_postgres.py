@@ -129,7 +129,7 @@ def test_claims_are_exclusive_and_bounded_even_off_the_usual_plan(workers):
     batches = [
         (int(n), int(limit))
         for p in procs
-        for n, limit in re.findall(r"event=claim_batch \S+ n=(\d+) limit=(\d+)", log(p))
+        for n, limit in re.findall(r"event=claimed \S+ n=(\d+) limit=(\d+)", log(p))
     ]
     assert sum(n for n, _ in batches) == 20_000
     assert all(n <= limit for n, limit in batches)

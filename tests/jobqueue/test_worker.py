@@ -279,6 +279,38 @@ def test_jobs_behind_a_handler_stuck_past_its_timeout_still_run(tmp_path):
     assert worker.stats.timeouts == 1
 
 
+def test_a_finished_job_is_acknowledged_while_its_handler_is_busy_with_the_next(tmp_path):
+    """Handlers wake the main thread only at the inbox's low-water mark; it still settles on
+    its own clock, so a job done before a long one is not left unacknowledged behind it."""
+    gate = tmp_path / "gate"
+    quick = tasks.add.using(priority=10).enqueue(1, 2)
+    tasks.wait_for_file.using(priority=5).enqueue(str(gate), key="behind")
+    rest = [tasks.add.enqueue(n, 1) for n in range(3)]
+    worker = Worker(concurrency=1, prefetch=5, poll_interval=5, burst=True)
+
+    def run():
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: (tmp_path / "gate.started").exists(), message="the long job started")
+        wait_until(
+            lambda: Job.objects.get(pk=quick.id).state == JobState.DONE,
+            timeout=5,
+            message="the quick job acknowledged while the long one runs",
+        )
+        assert not gate.exists()
+        assert Job.objects.filter(pk__in=[r.id for r in rest], state=JobState.DONE).count() == 0
+    finally:
+        gate.write_text("go")
+        thread.join(timeout=30)
+    assert Job.objects.filter(state=JobState.DONE).count() == 5
+
+
 def test_a_lease_lost_before_its_job_started_is_forgotten_at_once():
     """The heartbeat finds prefetched leases gone (swept while the database was away): the
     worker stops holding those jobs, so they neither fill its claim window nor keep --burst up."""
