@@ -17,11 +17,18 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 
+SOCKET_DIR = "/var/run/postgresql"
+
+
 def server_url() -> str:
-    """BENCH_PG, else DATABASE_URL's server if it is PostgreSQL, else the local one."""
+    """BENCH_PG, else DATABASE_URL's server if it is PostgreSQL, else the local one: through its
+    Unix socket where there is one, as the shared peer bench connects (loopback TCP cost the
+    floor a sixth of its drain rate)."""
     for url in (os.environ.get("BENCH_PG"), os.environ.get("DATABASE_URL")):
         if url and urlsplit(url).scheme.startswith("postgres"):
             return urlunsplit(urlsplit(url)._replace(path="")).rstrip("/")
+    if Path(SOCKET_DIR).is_dir():
+        return "postgres://postgres@" + SOCKET_DIR.replace("/", "%2F")
     return "postgres://postgres@127.0.0.1:5432"
 
 
