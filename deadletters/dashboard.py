@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from deadletters import conf
+from deadletters.roles import PAUSE_QUEUE
 from deadletters.views import console_view, render_page
 from jobqueue.health import SUMMED, snapshot
 from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
@@ -146,5 +147,8 @@ def dashboard(request):
         "bar": BAR,
         "now": now,
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+        "can_pause": request.user.has_perm(PAUSE_QUEUE),
+        # Queues an operator may pause: those with live work (internal one included) or paused.
+        "queue_names": sorted({r.queue for r in health.rows} | set(health.paused)),
     }
     return render_page(request, "deadletters/dashboard.html", "health", context)

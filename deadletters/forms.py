@@ -245,3 +245,17 @@ class ConfirmForm(forms.Form):
             return conf.validate_replay_rate(rate)
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
+
+
+class QueueControlForm(forms.Form):
+    """Pause or resume a queue from the health page: which, and why (kept in the audit)."""
+
+    action = forms.ChoiceField(choices=[("pause", "Pause"), ("resume", "Resume")])
+    queue = forms.CharField(max_length=100, strip=False)
+    reason = forms.CharField(max_length=2000)
+
+    def clean_queue(self):
+        queue = self.cleaned_data["queue"]
+        if not queue.strip():
+            raise ValidationError("Name a queue.", code="required")
+        return queue

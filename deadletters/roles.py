@@ -15,15 +15,23 @@ ACTION_PERMISSION = {
 }
 # Replay items past the poison limit (conf MAX_REPLAYS).
 POISON = "deadletters.replay_poisoned"
+# Pause and resume queues (jobqueue.store.queues; audited in jobqueue.QueueAction).
+PAUSE_QUEUE = "jobqueue.pause_queue"
 
 ROLE_PERMISSIONS = {
     "viewer": [VIEW],
-    "operator": [VIEW, ACTION_PERMISSION[Action.REPLAY], ACTION_PERMISSION[Action.DISCARD]],
+    "operator": [
+        VIEW,
+        ACTION_PERMISSION[Action.REPLAY],
+        ACTION_PERMISSION[Action.DISCARD],
+        PAUSE_QUEUE,
+    ],
     "admin": [
         VIEW,
         ACTION_PERMISSION[Action.REPLAY],
         ACTION_PERMISSION[Action.DISCARD],
         POISON,
+        PAUSE_QUEUE,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
         REVEAL_PERMISSION,
         # The read-only admin pages of the queue and the audit log.

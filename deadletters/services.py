@@ -421,3 +421,10 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
         _enqueue_runner(locked, at=due)
     run.refresh_from_db()
     return True
+
+
+def control_queue(action: str, queue: str, *, operator, reason: str, now=None) -> bool:
+    """Pause or resume a queue for an operator (store.queues writes it with its audit row);
+    False if it was already so."""
+    change = store.queues.pause if action == "pause" else store.queues.resume
+    return change(queue, actor=operator.get_username(), reason=reason, now=now)

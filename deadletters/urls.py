@@ -51,4 +51,5 @@ urlpatterns = [
     path("runs/<row_id:pk>/<run_command:command>/", views.run_control, name="run-control"),
     path("audit/", views.audit, name="audit"),
     path("health/", dashboard.dashboard, name="health"),
+    path("health/queues/", views.queue_control, name="queue-control"),
 ]

@@ -27,12 +27,13 @@ from .forms import (
     ConfirmForm,
     FilterForm,
     ListPageForm,
+    QueueControlForm,
     RunPageForm,
     SelectionForm,
     refusal,
 )
 from .models import Action, ReplayRun, Selection
-from .roles import ACTION_PERMISSION, POISON, VIEW
+from .roles import ACTION_PERMISSION, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 
@@ -44,6 +45,7 @@ DOING = {
     ACTION_PERMISSION[Action.DISCARD]: "discard dead letters",
     POISON: "replay items past the poison limit",
     redaction.REVEAL_PERMISSION: "see masked payload values",
+    PAUSE_QUEUE: "pause or resume queues",
 }
 
 
@@ -431,3 +433,30 @@ def audit(request):
             "filter_query": form.query(),
         },
     )
+
+
+@require_POST
+@console_view
+def queue_control(request):
+    """Pause or resume a queue (the health page's form): permission-checked, with a reason
+    that the audit keeps; back to the health page saying what happened."""
+    require(request.user, PAUSE_QUEUE)
+    form = QueueControlForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{name}: {' '.join(errs)}" for name, errs in form.errors.items())
+        messages.error(request, f"Nothing changed ({problems}).")
+        return redirect("deadletters:health")
+    action, queue = form.cleaned_data["action"], form.cleaned_data["queue"]
+    try:
+        changed = services.control_queue(
+            action, queue, operator=request.user, reason=form.cleaned_data["reason"]
+        )
+    except ValueError as exc:
+        messages.error(request, f"Nothing changed: {exc}.")
+        return redirect("deadletters:health")
+    done = "paused" if action == "pause" else "resumed"
+    if changed:
+        messages.success(request, f"Queue {queue} {done}.")
+    else:
+        messages.warning(request, f"Queue {queue} was already {done}: nothing changed.")
+    return redirect("deadletters:health")

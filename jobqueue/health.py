@@ -16,7 +16,15 @@ from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
 from jobqueue.conf import policy
-from jobqueue.models import DeadLetter, DeadLetterState, Job, JobCounter, JobState, WorkerRecord
+from jobqueue.models import (
+    DeadLetter,
+    DeadLetterState,
+    Job,
+    JobCounter,
+    JobState,
+    PausedQueue,
+    WorkerRecord,
+)
 
 
 def count_pending_dead_letters() -> dict[tuple[str, str], int]:
@@ -78,10 +86,13 @@ class Row:
     failed_5m: int = 0
     succeeded_60m: int = 0
     failed_60m: int = 0
+    paused: bool = False  # its queue is paused: workers skip its jobs
 
 
 # The figures that add up across rows (the oldest age is a maximum instead).
-SUMMED = tuple(f.name for f in fields(Row) if f.name not in {"queue", "task", "oldest_ready_age"})
+SUMMED = tuple(
+    f.name for f in fields(Row) if f.name not in {"queue", "task", "oldest_ready_age", "paused"}
+)
 
 
 @dataclass
@@ -91,6 +102,8 @@ class Health:
     workers: list[dict]
     totals: dict = field(default_factory=dict)
     last_success_at: datetime | None = None
+    # Paused queues by name: {"paused_by", "paused_at", "reason"}.
+    paused: dict[str, dict] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         data = asdict(self)
@@ -102,6 +115,8 @@ class Health:
         for worker in data["workers"]:
             for key in ("started_at", "last_heartbeat_at"):
                 worker[key] = worker[key].isoformat()
+        for pause in data["paused"].values():
+            pause["paused_at"] = pause["paused_at"].isoformat()
         return data
 
 
@@ -186,6 +201,12 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
             }
         )
 
+    paused = {
+        p.queue_name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
+        for p in PausedQueue.objects.order_by("queue_name")
+    }
+    for r in rows.values():
+        r.paused = r.queue in paused
     ordered = sorted(rows.values(), key=lambda r: (r.queue, r.task))
     # Every figure present even when nothing is live, so `queuehealth --fail-if` can name it.
     totals: dict[str, float] = dict.fromkeys((*SUMMED, "oldest_ready_age"), 0)
@@ -195,11 +216,17 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
         totals["oldest_ready_age"] = max(totals["oldest_ready_age"], r.oldest_ready_age)
     totals["failure_rate_5m"] = failure_rate(totals["succeeded_5m"], totals["failed_5m"])
     totals["failure_rate_60m"] = failure_rate(totals["succeeded_60m"], totals["failed_60m"])
+    totals["paused"] = len(paused)  # queues
     totals["workers"] = len(workers)
     totals["lost_workers"] = sum(w["lost"] for w in workers)
     totals["since_last_success"] = (
         (now - last_success).total_seconds() if last_success else float("inf")
     )
     return Health(
-        at=now, rows=ordered, workers=workers, totals=totals, last_success_at=last_success
+        at=now,
+        rows=ordered,
+        workers=workers,
+        totals=totals,
+        last_success_at=last_success,
+        paused=paused,
     )

@@ -52,6 +52,12 @@ class HealthCollector:
                 )
                 family.add_metric([row.queue, row.task, "failed"], getattr(row, f"failed_{window}"))
             yield family
+        paused = GaugeMetricFamily(
+            "redrive_queue_paused", "1 while a queue is paused (workers skip it).", labels=["queue"]
+        )
+        for queue in health.paused:
+            paused.add_metric([queue], 1)
+        yield paused
         workers = GaugeMetricFamily("redrive_workers", "Registered workers.", labels=["state"])
         lost = health.totals["lost_workers"]
         workers.add_metric(["alive"], health.totals["workers"] - lost)

@@ -347,3 +347,40 @@ class OutboxMessage(models.Model):
     @property
     def message_id(self) -> str:
         return str(self.pk)
+
+
+class PausedQueue(models.Model):
+    """A queue no worker claims from until it is resumed (jobs already running finish). A row
+    per paused queue: every claim skips the queues listed here, so a pause takes effect at the
+    next claim of every worker on every host."""
+
+    queue_name = models.CharField(max_length=100, unique=True)
+    paused_at = models.DateTimeField()
+    paused_by = models.CharField(max_length=150)
+    reason = models.TextField()
+
+    class Meta:
+        permissions = [("pause_queue", "Can pause and resume queues (audited)")]
+
+    def __str__(self):
+        return f"{self.queue_name} paused by {self.paused_by}"
+
+
+class QueueAction(models.Model):
+    """The audit log of queue pauses and resumes: who, when, why, which queue."""
+
+    class Kind(models.TextChoices):
+        PAUSE = "pause"
+        RESUME = "resume"
+
+    queue_name = models.CharField(max_length=100)
+    action = models.CharField(max_length=10, choices=Kind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField()
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["-at", "-id"], name="jobqueue_queueaction_at_idx")]
+
+    def __str__(self):
+        return f"{self.action} {self.queue_name} by {self.actor}"

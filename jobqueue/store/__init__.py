@@ -10,6 +10,7 @@ By concern:
     dead_letters.py     replay, discard, and how a letter is (re)written pending
     sources/            one module per dead-letter source (jobs, outbox, django-q2)
     workers.py          the worker registry and per-minute counters
+    queues.py           queue pause and resume, audited
     payloads.py         JSON and text every database stores
     postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement
 
@@ -17,6 +18,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
+from . import queues
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -72,6 +74,7 @@ __all__ = [
     "extend_leases",
     "fail",
     "forget_worker",
+    "queues",
     "record_worker",
     "release",
     "replay",

@@ -24,6 +24,7 @@ CLAIM = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM jobqueue_job
     WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+      AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -33,6 +33,7 @@ UPDATE jobqueue_job SET
 WHERE id IN (
     SELECT id FROM jobqueue_job
     WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+      AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 )

@@ -24,6 +24,7 @@ from deadletters.forms import (
     ConfirmForm,
     FilterForm,
     ListPageForm,
+    QueueControlForm,
     RunPageForm,
     SelectionForm,
 )
@@ -68,7 +69,8 @@ LETTER = "<an existing dead letter's id>"  # World.resolve puts a real one in it
 # Ordinary values too, so that requests also get past validation and write (a frozen selection,
 # a started or paused run) and the next examples meet that state.
 PLAUSIBLE = {
-    "action": st.sampled_from(["replay", "discard"]),
+    "action": st.sampled_from(["replay", "discard", "pause", "resume"]),
+    "queue": st.sampled_from(["default", "mail"]),
     "select_all": st.just("1"),
     "ids": st.just(LETTER),
     "reason": st.just("receipt API fixed"),
@@ -132,6 +134,7 @@ ENDPOINTS = {
     "audit": (["GET"], list(AuditFilterForm.base_fields), "audit/"),
     "reveal": (["POST"], [], "{letter}/reveal/"),
     "health": (["GET"], [], "health/"),
+    "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 

@@ -68,6 +68,12 @@ class Command(cli.Command):
                     f"  {row.queue}/{row.task}: ready={row.ready} scheduled={row.scheduled} "
                     f"running={row.running} expired={row.expired} retrying={row.retrying} "
                     f"dead_letters={row.dead_letters} oldest_ready_age={row.oldest_ready_age:.0f}s"
+                    + (" PAUSED" if row.paused else "")
+                )
+            for queue, pause in health.paused.items():
+                self.stdout.write(
+                    f"  {queue}: PAUSED by {pause['paused_by']} at "
+                    f"{pause['paused_at']:%Y-%m-%d %H:%M:%S %Z}: {pause['reason']!r}"
                 )
             for line in crossed:
                 self.stderr.write(f"ALERT {line}")

@@ -1,0 +1,139 @@
+"""Queue pause and resume: claims skip a paused queue at once, on every worker; running jobs
+finish; each change is audited; the CLI, health figures and metrics say so."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.health import snapshot
+from jobqueue.models import Job, JobState, PausedQueue, QueueAction
+from tests import tasks
+from tests.cli import run
+from tests.conftest import wait_until
+from tests.factories import UserFactory
+
+T0 = timezone.now().replace(microsecond=0)
+
+
+def enqueue(queue, n=1):
+    return [
+        store.enqueue(store.NewJob(task_path="tests.tasks.noop", queue_name=queue), now=T0)[0]
+        for _ in range(n)
+    ]
+
+
+def claim(queues=None, limit=10, at=T0):
+    return store.claim(worker_id="w", queues=queues, limit=limit, lease_seconds=30, now=at)
+
+
+@pytest.mark.django_db
+def test_a_paused_queue_is_skipped_by_every_claim_until_it_is_resumed():
+    enqueue("mail", 2)
+    billing = enqueue("billing", 1)
+    assert store.queues.pause("mail", actor="ana", reason="provider down", now=T0) is True
+    assert [j.pk for j in claim()] == [billing[0].pk]
+    assert claim(queues=["mail"]) == []  # also for a worker bound to that queue
+    assert store.queues.resume("mail", actor="ana", reason="provider back", now=T0) is True
+    assert {j.queue_name for j in claim()} == {"mail"}
+    log = list(QueueAction.objects.order_by("id").values_list("queue_name", "action", "actor"))
+    assert log == [("mail", "pause", "ana"), ("mail", "resume", "ana")]
+
+
+@pytest.mark.django_db
+def test_a_job_already_running_in_a_paused_queue_still_finishes():
+    enqueue("mail")
+    [job] = claim()
+    store.queues.pause("mail", actor="ana", reason="stop new ones", now=T0)
+    assert store.acknowledge([(job, None)], now=T0 + timedelta(seconds=1)) == {job.pk}
+    assert Job.objects.get(pk=job.pk).state == JobState.DONE
+
+
+@pytest.mark.django_db
+def test_pausing_twice_or_resuming_a_running_queue_changes_and_records_nothing():
+    assert store.queues.pause("mail", actor="ana", reason="x", now=T0)
+    assert store.queues.pause("mail", actor="bo", reason="y", now=T0) is False
+    assert store.queues.resume("other", actor="bo", reason="z", now=T0) is False
+    assert QueueAction.objects.count() == 1
+    assert PausedQueue.objects.get().paused_by == "ana"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "queue, actor, reason",
+    [("", "ana", "why"), ("  ", "ana", "why"), ("q" * 101, "ana", "why"), ("mail", "ana", " "),
+     ("mail", "", "why"), (None, "ana", "why")],
+)  # fmt: skip
+def test_a_pause_without_a_queue_an_operator_or_a_reason_is_refused(queue, actor, reason):
+    with pytest.raises(ValueError):
+        store.queues.pause(queue, actor=actor, reason=reason, now=T0)
+    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_health_queuehealth_and_metrics_show_a_paused_queue(settings, client):
+    enqueue("mail")
+    store.queues.pause("mail", actor="ana", reason="provider down", now=T0)
+    health = snapshot()
+    assert health.totals["paused"] == 1
+    assert [r.paused for r in health.rows] == [True]
+    assert health.as_json()["paused"]["mail"]["reason"] == "provider down"
+    result = run("queuehealth", "--fail-if", "paused>0")
+    assert result.code == 1 and "PAUSED by ana" in result.out and "paused=1" in result.out
+    settings.REDRIVE = {**settings.REDRIVE, "METRICS_TOKEN": "t" * 32}
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer " + "t" * 32)
+    assert response.status_code == 200
+    assert 'redrive_queue_paused{queue="mail"} 1.0' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_queues_command_pauses_lists_and_resumes_for_an_operator_with_the_permission():
+    enqueue("mail", 3)
+    nobody = UserFactory(username="nobody")
+    refused = run("queues", "pause", "mail", "--reason", "x", "--operator", nobody.username)
+    assert refused.refused_cleanly and "jobqueue.pause_queue" in refused.err
+    assert run("queues", "pause", "mail", "--reason", "x", "--operator", "ghost").refused_cleanly
+    assert run("queues", "pause", "mail", "--operator", "nobody").code == 2  # --reason missing
+    assert not PausedQueue.objects.exists()
+
+    nobody.user_permissions.add(Permission.objects.get(codename="pause_queue"))
+    done = run("queues", "pause", "mail", "--reason", "SMTP down", "--operator", "nobody")
+    assert done.code == 0 and "mail paused" in done.out
+    listing = run("queues", "list", "--json")
+    [row] = [json.loads(line) for line in listing.out.splitlines()]
+    assert row["queue"] == "mail" and row["paused"] and row["ready"] == 3
+    assert row["paused_by"] == "nobody" and row["reason"] == "SMTP down"
+    assert "PAUSED by nobody" in run("queues", "list").out
+    again = run("queues", "resume", "mail", "--reason", "back", "--operator", "nobody")
+    assert again.code == 0 and "mail running" in again.out
+    assert not PausedQueue.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_running_workers_skip_a_queue_paused_under_them_and_take_it_again_on_resume(workers):
+    """Real worker processes, woken by each enqueue (PostgreSQL) or polling (SQLite)."""
+    procs = [workers.start("--poll", "0.1", "--concurrency", "2") for _ in range(2)]
+    warm = tasks.noop.enqueue(0)
+    wait_until(lambda: Job.objects.get(pk=warm.id).state == JobState.DONE, message="warm-up")
+    store.queues.pause("mail", actor="ana", reason="provider down")
+    held = [tasks.noop.using(queue_name="mail").enqueue(n) for n in range(5)]
+    other = [tasks.noop.enqueue(n) for n in range(5)]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=[r.id for r in other], state=JobState.DONE).count() == 5,
+        message="the other queue's jobs done",
+    )
+    # A full poll interval and more after the other queue drained: nothing of the paused one ran.
+    later = Job.objects.filter(pk__in=[r.id for r in other]).order_by("-finished_at")[0]
+    wait_until(lambda: timezone.now() - later.finished_at > timedelta(seconds=0.5))
+    assert set(Job.objects.filter(pk__in=[r.id for r in held]).values_list("state", flat=True)) == {
+        JobState.READY
+    }
+    store.queues.resume("mail", actor="ana", reason="provider back")
+    wait_until(
+        lambda: Job.objects.filter(pk__in=[r.id for r in held], state=JobState.DONE).count() == 5,
+        message="the resumed queue's jobs done",
+    )
+    assert all(p.poll() is None for p in procs)
