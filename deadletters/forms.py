@@ -10,6 +10,8 @@ from jobqueue.models import MAX_ID, DeadLetterState
 from jobqueue.store import sources
 
 from . import conf
+from .jobs import STATES as JOB_STATES
+from .jobs import JobFilter
 from .models import Action
 from .selectors import AuditFilter, ListFilter, decode_cursor
 
@@ -259,3 +261,30 @@ class QueueControlForm(forms.Form):
         if not queue.strip():
             raise ValidationError("Name a queue.", code="required")
         return queue
+
+
+class JobFilterForm(forms.Form):
+    """The jobs browser's filters and keyset cursors (job ids)."""
+
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *JOB_STATES.items()])
+    task = forms.CharField(required=False, max_length=255)
+    queue = forms.CharField(required=False, max_length=100)
+    key = forms.CharField(required=False, max_length=255)
+    q = forms.CharField(required=False, max_length=200)
+    after = IdField(required=False)
+    before = IdField(required=False)
+
+    ECHOED = ("state", "task", "queue", "key", "q")
+
+    def to_filter(self) -> JobFilter:
+        """The valid fields as a filter; the template names the invalid ones it ignored."""
+        self.is_valid()
+        data = self.cleaned_data
+        return JobFilter(**{name: data.get(name) or "" for name in self.ECHOED})
+
+    def echo(self) -> list[tuple[str, str]]:
+        self.is_valid()
+        return [(name, value) for name in self.ECHOED if (value := self.cleaned_data.get(name))]
+
+    def query(self) -> str:
+        return urlencode(self.echo())

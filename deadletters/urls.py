@@ -50,6 +50,8 @@ urlpatterns = [
     path("runs/<row_id:pk>/", views.run_detail, name="run"),
     path("runs/<row_id:pk>/<run_command:command>/", views.run_control, name="run-control"),
     path("audit/", views.audit, name="audit"),
+    path("jobs/", views.job_list, name="jobs"),
+    path("jobs/<row_id:pk>/", views.job_detail, name="job"),
     path("health/", dashboard.dashboard, name="health"),
     path("health/queues/", views.queue_control, name="queue-control"),
 ]

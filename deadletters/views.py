@@ -19,13 +19,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from jobqueue.models import DeadLetter
+from jobqueue.models import DeadLetter, Job
 
-from . import conf, redaction, selectors, services
+from . import conf, jobs, redaction, selectors, services
 from .forms import (
     AuditFilterForm,
     ConfirmForm,
     FilterForm,
+    JobFilterForm,
     ListPageForm,
     QueueControlForm,
     RunPageForm,
@@ -460,3 +461,34 @@ def queue_control(request):
     else:
         messages.warning(request, f"Queue {queue} was already {done}: nothing changed.")
     return redirect("deadletters:health")
+
+
+JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
+
+
+@require_GET
+@console_view
+def job_list(request):
+    """Every job, not only dead ones: by state, task, queue, key and text, newest first."""
+    form = JobFilterForm(request.GET)
+    f = form.to_filter()
+    cursors = form.cleaned_data
+    context = {
+        "form": form,
+        "page": jobs.page(f, after=cursors.get("after"), before=cursors.get("before")),
+        "filter_query": form.query(),
+        "shown_filter": form.echo(),
+        "states": jobs.STATES,
+        "now": timezone.now(),
+    }
+    return render_page(request, "deadletters/jobs.html", "job-results", context)
+
+
+@require_GET
+@console_view
+def job_detail(request, pk):
+    try:
+        detail = jobs.detail(pk)
+    except Job.DoesNotExist:
+        raise NotFound("job", pk, JOB_GONE) from None
+    return render(request, "deadletters/job.html", {"d": detail, "job": detail.job})

@@ -86,6 +86,9 @@ def console_pages(live_server, operator):
         "confirm": f"/deadletters/selections/{selection.pk}/",
         "run": f"/deadletters/runs/{run.pk}/",
         "audit": "/deadletters/audit/",
+        "jobs": "/deadletters/jobs/",
+        "jobs-dead": "/deadletters/jobs/?state=dead",
+        "job": f"/deadletters/jobs/{letters[0].job_id}/",
         "not-found": "/deadletters/999999/",
         "unknown-path": "/deadletters/no/such/page/",
     }

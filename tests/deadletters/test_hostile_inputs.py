@@ -23,6 +23,7 @@ from deadletters.forms import (
     AuditFilterForm,
     ConfirmForm,
     FilterForm,
+    JobFilterForm,
     ListPageForm,
     QueueControlForm,
     RunPageForm,
@@ -71,6 +72,8 @@ LETTER = "<an existing dead letter's id>"  # World.resolve puts a real one in it
 PLAUSIBLE = {
     "action": st.sampled_from(["replay", "discard", "pause", "resume"]),
     "queue": st.sampled_from(["default", "mail"]),
+    "task": st.just("shop.send_receipt"),
+    "key": st.just("receipt:1"),
     "select_all": st.just("1"),
     "ids": st.just(LETTER),
     "reason": st.just("receipt API fixed"),
@@ -135,6 +138,8 @@ ENDPOINTS = {
     "reveal": (["POST"], [], "{letter}/reveal/"),
     "health": (["GET"], [], "health/"),
     "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
+    "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
+    "job": (["GET"], [], "jobs/{job}/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -152,7 +157,7 @@ def requests(draw):
     methods, params, template = {**ENDPOINTS, **OUTSIDE}[name]
     segments = {
         key: draw(path_ids(key))
-        for key in ("letter", "selection", "run")
+        for key in ("letter", "selection", "run", "job")
         if f"{{{key}}}" in template
     }
     command = draw(st.sampled_from(["pause", "resume", "cancel", "explode"]))
@@ -184,7 +189,12 @@ class World:
         DeadLetterFactory(replayed=True)
         DeadLetterFactory(discarded=True)
         DeadLetterFactory(replays=5)  # past the poison limit
-        self.rows = {"letter": [dl.pk for dl in letters], "selection": [], "run": []}
+        self.rows = {
+            "letter": [dl.pk for dl in letters],
+            "selection": [],
+            "run": [],
+            "job": [dl.job_id for dl in letters],
+        }
         for user, chunk in ((users["operator"], letters[:3]), (users["admin"], letters[3:6])):
             # A background run (more than one batch) and an unconfirmed preview per actor.
             ids = [dl.pk for dl in chunk]

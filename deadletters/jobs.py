@@ -1,0 +1,203 @@
+"""The jobs browser's reads: every job by state, not only dead ones, newest first, keyset-paged;
+and a job's page (its attempts, its dead letter, the replays around it). Payloads are redacted
+as on dead-letter pages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from jobqueue.models import DeadLetter, Job, JobState
+
+from . import conf, redaction
+
+# The browser's states: the table's `ready` split by what the job waits for.
+STATES = {
+    "ready": "Ready (due now)",
+    "scheduled": "Scheduled (first run later)",
+    "retrying": "Retrying (next attempt later)",
+    "running": "Running",
+    "done": "Done",
+    "dead": "Dead",
+}
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str = ""
+    task: str = ""
+    queue: str = ""
+    key: str = ""
+    q: str = ""  # text in the arguments or the errors
+
+
+def state_q(state: str, now: datetime) -> Q:
+    match state:
+        case "ready":
+            return Q(state=JobState.READY, run_after__lte=now)
+        case "scheduled":
+            return Q(state=JobState.READY, run_after__gt=now, attempts=0)
+        case "retrying":
+            return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0)
+        case "running" | "done" | "dead":
+            return Q(state=state)
+    return Q()
+
+
+def browser_state(job: Job, now: datetime) -> str:
+    if job.state != JobState.READY:
+        return job.state
+    if job.run_after <= now:
+        return "ready"
+    return "retrying" if job.attempts else "scheduled"
+
+
+def filtered(f: JobFilter, now: datetime):
+    qs = Job.objects.filter(state_q(f.state, now))
+    if f.task:
+        qs = qs.filter(task_path=f.task)
+    if f.queue:
+        qs = qs.filter(queue_name=f.queue)
+    if f.key:
+        qs = qs.filter(idempotency_key=f.key)
+    if f.q:
+        # A scan of the rows the other filters leave, newest first, stopped at a page: narrow
+        # with a state, task or queue on a big table.
+        qs = qs.annotate(
+            args_text=Cast("args", TextField()),
+            kwargs_text=Cast("kwargs", TextField()),
+            errors_text=Cast("errors", TextField()),
+        ).filter(
+            Q(args_text__icontains=f.q)
+            | Q(kwargs_text__icontains=f.q)
+            | Q(errors_text__icontains=f.q)
+        )
+    return qs
+
+
+@dataclass
+class Row:
+    job: Job
+    state: str
+    last_error: str
+
+    @property
+    def running_for(self) -> float | None:
+        if self.job.state != JobState.RUNNING or not self.job.last_attempted_at:
+            return None
+        return max(0.0, (timezone.now() - self.job.last_attempted_at).total_seconds())
+
+
+@dataclass
+class JobPage:
+    rows: list[Row]
+    next_after: int | None  # older rows: ?after=<id>
+    prev_before: int | None  # newer rows: ?before=<id>
+
+
+LISTED = (
+    "id", "task_path", "queue_name", "priority", "idempotency_key", "state", "run_after",
+    "attempts", "max_attempts", "locked_until", "locked_by", "enqueued_at", "last_attempted_at",
+    "finished_at", "errors",
+)  # fmt: skip
+
+
+def page(f: JobFilter, *, after=None, before=None, size=None, now=None) -> JobPage:
+    now = now or timezone.now()
+    size = size or conf.get("PAGE_SIZE")
+    qs = filtered(f, now).only(*LISTED)
+    if before:
+        jobs = list(qs.filter(id__gt=before).order_by("id")[: size + 1])
+        more_newer = len(jobs) > size
+        jobs = jobs[:size][::-1]
+        next_after = jobs[-1].id if jobs else None
+        prev_before = jobs[0].id if jobs and more_newer else None
+    else:
+        if after:
+            qs = qs.filter(id__lt=after)
+        jobs = list(qs.order_by("-id")[: size + 1])
+        more_older = len(jobs) > size
+        jobs = jobs[:size]
+        next_after = jobs[-1].id if jobs and more_older else None
+        prev_before = jobs[0].id if jobs and after else None
+    rows = [
+        Row(job, browser_state(job, now), job.errors[-1].get("message", "") if job.errors else "")
+        for job in jobs
+    ]
+    return JobPage(rows, next_after, prev_before)
+
+
+@dataclass
+class Attempt:
+    number: int
+    worker: str | None
+    at: str | None
+    error_class: str
+    message: str
+    traceback: str
+
+
+@dataclass
+class JobDetail:
+    job: Job
+    state: str
+    payload_json: str
+    return_json: str | None
+    attempts: list[Attempt]  # failed attempts, oldest first, from the job's errors
+    letter: DeadLetter | None  # the dead letter this job became
+    replayed_from: DeadLetter | None  # the letter whose replay made this job
+    replays: list[Job]  # jobs made by replaying this job's letter
+
+
+def detail(pk: int, *, now=None) -> JobDetail:
+    """Raises Job.DoesNotExist."""
+    now = now or timezone.now()
+    job = Job.objects.get(pk=pk)
+    payload = redaction.redact({"args": job.args, "kwargs": job.kwargs})
+    letter = (
+        DeadLetter.objects.filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
+        .order_by("id")
+        .first()
+    )
+    replayed_from = (
+        DeadLetter.objects.filter(pk=job.replayed_from_id).first() if job.replayed_from_id else None
+    )
+    replays = (
+        list(Job.objects.filter(replayed_from=letter).exclude(pk=job.pk).order_by("id")[:100])
+        if letter
+        else []
+    )
+    attempts = [
+        Attempt(
+            number=e.get("attempt", n),
+            worker=e.get("worker_id"),
+            at=e.get("at"),
+            error_class=e.get("exception_class_path", ""),
+            message=e.get("message", ""),
+            traceback=e.get("traceback", ""),
+        )
+        for n, e in enumerate(job.errors if isinstance(job.errors, list) else [], start=1)
+        if isinstance(e, dict)
+    ]
+    result = None
+    if job.state == JobState.DONE:
+        result = _pretty(redaction.redact(job.return_value))
+    return JobDetail(
+        job=job,
+        state=browser_state(job, now),
+        payload_json=_pretty(payload),
+        return_json=result,
+        attempts=attempts,
+        letter=letter,
+        replayed_from=replayed_from,
+        replays=replays,
+    )
+
+
+def _pretty(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)

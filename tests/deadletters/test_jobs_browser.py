@@ -1,0 +1,115 @@
+"""The jobs browser: every job by state and filter, newest first, keyset-paged; a job's page
+with its attempts and links; payloads redacted and escaped; hostile parameters refused."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from deadletters import jobs
+from jobqueue.models import JobState
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+URL = "/deadletters/jobs/"
+
+
+def ids(response):
+    return [row.job.pk for row in response.context["page"].rows]
+
+
+@pytest.fixture
+def mix():
+    now = timezone.now()
+    return {
+        "ready": JobFactory(run_after=now - timedelta(seconds=5)),
+        "scheduled": JobFactory(run_after=now + timedelta(hours=1)),
+        "retrying": JobFactory(
+            run_after=now + timedelta(minutes=1),
+            attempts=2,
+            errors=[{"attempt": 2, "message": "SMTP 421 try later", "worker_id": "w:1"}],
+        ),
+        "running": JobFactory(running=True, task_path="tests.tasks.add", queue_name="mail"),
+        "done": JobFactory(done=True, idempotency_key="order:7"),
+        "dead": DeadLetterFactory().job,
+    }
+
+
+def test_each_state_lists_its_jobs_and_only_them(viewer_client, mix):
+    for state, job in mix.items():
+        response = viewer_client.get(URL, {"state": state})
+        assert response.status_code == 200
+        assert ids(response) == [job.pk], state
+    assert sorted(ids(viewer_client.get(URL))) == sorted(j.pk for j in mix.values())
+
+
+def test_filters_by_task_queue_key_and_text(viewer_client, mix):
+    assert ids(viewer_client.get(URL, {"task": "tests.tasks.add"})) == [mix["running"].pk]
+    assert ids(viewer_client.get(URL, {"queue": "mail"})) == [mix["running"].pk]
+    assert ids(viewer_client.get(URL, {"key": "order:7"})) == [mix["done"].pk]
+    assert ids(viewer_client.get(URL, {"q": "smtp 421"})) == [mix["retrying"].pk]
+
+
+def test_pages_newest_first_forward_and_back(viewer_client, settings):
+    settings.REDRIVE = {**settings.REDRIVE, "PAGE_SIZE": 2}
+    made = [JobFactory().pk for _ in range(5)]
+    first = viewer_client.get(URL)
+    assert ids(first) == made[:-3:-1]
+    page = first.context["page"]
+    second = viewer_client.get(URL, {"after": page.next_after})
+    assert ids(second) == [made[2], made[1]]
+    back = viewer_client.get(URL, {"before": second.context["page"].prev_before})
+    assert ids(back) == made[:-3:-1]
+    last = viewer_client.get(URL, {"after": second.context["page"].next_after})
+    assert ids(last) == [made[0]] and last.context["page"].next_after is None
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"state": "exploded"}, {"after": "x"}, {"after": "-1"}, {"before": "9" * 40},
+     {"task": "t" * 300}, {"q": "\x00"}],
+)  # fmt: skip
+def test_bad_filters_are_named_and_ignored_never_a_500(viewer_client, mix, params):
+    response = viewer_client.get(URL, params)
+    assert response.status_code == 200
+    assert b"Ignored invalid filter" in response.content
+
+
+def test_the_job_page_shows_attempts_links_and_a_redacted_escaped_payload(viewer_client):
+    letter = DeadLetterFactory()
+    job = letter.job
+    job.kwargs = {"password": "hunter2", "note": "<b>bold</b>"}
+    job.errors = [
+        {"attempt": 1, "worker_id": "host:1", "at": "2026-11-30T10:00:00+00:00",
+         "exception_class_path": "builtins.ConnectionError", "message": "<script>x</script>",
+         "traceback": "Traceback ..."},
+    ]  # fmt: skip
+    job.save()
+    replay = JobFactory(replayed_from=letter)
+    page = viewer_client.get(f"{URL}{job.pk}/")
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "hunter2" not in body and "&lt;b&gt;bold&lt;/b&gt;" in body
+    assert "&lt;script&gt;x&lt;/script&gt;" in body and "<script>x" not in body
+    assert "host:1" in body and "builtins.ConnectionError" in body
+    assert f"/deadletters/{letter.pk}/" in body and f"{URL}{replay.pk}/" in body
+    replay_page = viewer_client.get(f"{URL}{replay.pk}/").content.decode()
+    assert f"dead letter #{letter.pk}" in replay_page
+
+
+def test_a_missing_job_is_a_404_that_says_so_and_anonymous_users_log_in_first(
+    client, viewer_client
+):
+    response = viewer_client.get(f"{URL}999999/")
+    assert response.status_code == 404 and b"There is no job #999999" in response.content
+    assert viewer_client.get(f"{URL}99999999999999999999999/").status_code == 404
+    assert client.get(URL).status_code == 302
+
+
+def test_browser_state_splits_ready_rows_by_what_they_wait_for():
+    now = timezone.now()
+    assert jobs.browser_state(JobFactory.build(run_after=now), now) == "ready"
+    later = now + timedelta(seconds=1)
+    assert jobs.browser_state(JobFactory.build(run_after=later), now) == "scheduled"
+    assert jobs.browser_state(JobFactory.build(run_after=later, attempts=1), now) == "retrying"
+    assert jobs.browser_state(JobFactory.build(state=JobState.DEAD), now) == "dead"
