@@ -288,3 +288,28 @@ class JobFilterForm(forms.Form):
 
     def query(self) -> str:
         return urlencode(self.echo())
+
+
+JOB_ACTIONS = [("run_now", "Run now"), ("cancel", "Cancel")]
+
+
+class JobActionForm(forms.Form):
+    """One job's action from its page: what, and why (kept in the audit)."""
+
+    action = forms.ChoiceField(choices=JOB_ACTIONS)
+    reason = forms.CharField(max_length=2000)
+
+
+class JobSelectionForm(JobFilterForm):
+    """The jobs list's selection: ticked ids, or "select all" of the filter it echoed."""
+
+    action = forms.ChoiceField(choices=JOB_ACTIONS)
+    select_all = forms.ChoiceField(required=False, choices=[("1", "All matching the filter")])
+    ids = IdListField(required=False)
+
+
+class JobConfirmForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why? e.g. campaign called off"}),
+    )

@@ -12,7 +12,7 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from jobqueue.models import DeadLetter, Job, JobState
+from jobqueue.models import DeadLetter, Job, JobAction, JobState
 
 from . import conf, redaction
 
@@ -24,7 +24,10 @@ STATES = {
     "running": "Running",
     "done": "Done",
     "dead": "Dead",
+    "cancelled": "Cancelled",
 }
+# Where an operator may act: a job that has not started.
+WAITING = ("ready", "scheduled", "retrying")
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def state_q(state: str, now: datetime) -> Q:
             return Q(state=JobState.READY, run_after__gt=now, attempts=0)
         case "retrying":
             return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0)
-        case "running" | "done" | "dead":
+        case "running" | "done" | "dead" | "cancelled":
             return Q(state=state)
     return Q()
 
@@ -152,6 +155,7 @@ class JobDetail:
     letter: DeadLetter | None  # the dead letter this job became
     replayed_from: DeadLetter | None  # the letter whose replay made this job
     replays: list[Job]  # jobs made by replaying this job's letter
+    actions: list[JobAction]  # operators' actions on it, newest first
 
 
 def detail(pk: int, *, now=None) -> JobDetail:
@@ -196,8 +200,37 @@ def detail(pk: int, *, now=None) -> JobDetail:
         letter=letter,
         replayed_from=replayed_from,
         replays=replays,
+        actions=list(JobAction.objects.filter(job_id=job.pk).order_by("-at", "-id")[:50]),
     )
 
 
 def _pretty(value) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def matching_ids(f: JobFilter, cap: int, now=None) -> list[int]:
+    """The ids "select all matching" means, newest first; SelectionTooLarge past `cap`."""
+    from .selectors import SelectionTooLarge
+
+    ids = list(
+        filtered(f, now or timezone.now()).order_by("-id").values_list("id", flat=True)[: cap + 1]
+    )
+    if len(ids) > cap:
+        raise SelectionTooLarge(cap)
+    return ids
+
+
+@dataclass
+class SelectionPreview:
+    total: int
+    actionable: int  # still waiting (ready), so the action applies
+    sample: list[Job]
+
+
+def preview(ids: list[int], action: str, now=None) -> SelectionPreview:
+    now = now or timezone.now()
+    waiting = Job.objects.filter(pk__in=ids, state=JobState.READY)
+    if action == JobAction.Kind.RUN_NOW:
+        waiting = waiting.filter(run_after__gt=now)
+    sample = list(Job.objects.filter(pk__in=ids).only(*LISTED).order_by("-id")[:20])
+    return SelectionPreview(total=len(ids), actionable=waiting.count(), sample=sample)

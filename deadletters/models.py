@@ -316,3 +316,22 @@ class Reveal(models.Model):
 
     def __str__(self):
         return f"{self.operator_name} revealed dead letter {self.dead_letter_id} via {self.via}"
+
+
+class JobSelection(models.Model):
+    """The exact job ids an operator previewed for a bulk action on queued jobs (run now,
+    cancel); confirming acts on these and no others, in bounded chunks."""
+
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    action = models.CharField(max_length=10)  # jobqueue.models.JobAction.Kind
+    filter = models.JSONField(default=dict, blank=True)
+    job_ids = models.JSONField(default=list)
+    created_at = models.DateTimeField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    changed = models.PositiveIntegerField(default=0)
+
+    def __str__(self):
+        return f"Job selection {self.pk} ({len(self.job_ids)} jobs)"

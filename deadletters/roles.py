@@ -17,6 +17,8 @@ ACTION_PERMISSION = {
 POISON = "deadletters.replay_poisoned"
 # Pause and resume queues (jobqueue.store.queues; audited in jobqueue.QueueAction).
 PAUSE_QUEUE = "jobqueue.pause_queue"
+# Run a queued job now or cancel it (jobqueue.store.job_actions; audited in jobqueue.JobAction).
+ACT_ON_JOB = "jobqueue.act_on_job"
 
 ROLE_PERMISSIONS = {
     "viewer": [VIEW],
@@ -25,6 +27,7 @@ ROLE_PERMISSIONS = {
         ACTION_PERMISSION[Action.REPLAY],
         ACTION_PERMISSION[Action.DISCARD],
         PAUSE_QUEUE,
+        ACT_ON_JOB,
     ],
     "admin": [
         VIEW,
@@ -32,6 +35,7 @@ ROLE_PERMISSIONS = {
         ACTION_PERMISSION[Action.DISCARD],
         POISON,
         PAUSE_QUEUE,
+        ACT_ON_JOB,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
         REVEAL_PERMISSION,
         # The read-only admin pages of the queue and the audit log.

@@ -25,6 +25,7 @@ from . import conf
 from .models import (
     ACTIVE_STATES,
     Action,
+    JobSelection,
     Outcome,
     PendingCount,
     ReplayItem,
@@ -428,3 +429,47 @@ def control_queue(action: str, queue: str, *, operator, reason: str, now=None) -
     False if it was already so."""
     change = store.queues.pause if action == "pause" else store.queues.resume
     return change(queue, actor=operator.get_username(), reason=reason, now=now)
+
+
+def act_on_jobs(action: str, ids, *, operator, reason: str, now=None) -> list[int]:
+    """Run these queued jobs now or cancel them for an operator (store.job_actions writes each
+    change with its audit row); returns the ids changed."""
+    change = store.job_actions.run_now if action == "run_now" else store.job_actions.cancel
+    return change(ids, actor=operator.get_username(), reason=reason, now=now)
+
+
+def freeze_job_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
+    """Record exactly the job ids an operator previews; confirming acts on these only."""
+    ids = list(dict.fromkeys(int(i) for i in ids))
+    if not ids:
+        raise RefusedError("Select at least one job.")
+    if len(ids) > conf.get("MAX_SELECTION"):
+        raise RefusedError(f"A selection holds at most {conf.get('MAX_SELECTION'):,} jobs.")
+    now = now or timezone.now()
+    JobSelection.objects.filter(
+        applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
+    ).delete()
+    return JobSelection.objects.create(
+        operator=operator, action=action, filter=filter or {}, job_ids=ids, created_at=now
+    )
+
+
+def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> list[int]:
+    """Carry out a frozen selection once; a second confirm changes nothing."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        claimed = JobSelection.objects.filter(pk=selection.pk, applied_at__isnull=True).update(
+            applied_at=now, reason=reason
+        )
+    if not claimed:
+        raise RefusedError("This selection was already confirmed.")
+    try:
+        changed = act_on_jobs(
+            selection.action, selection.job_ids, operator=selection.operator, reason=reason, now=now
+        )
+    except Exception:
+        # Chunks done so far stay done (and audited); the state guards skip them on a retry.
+        JobSelection.objects.filter(pk=selection.pk).update(applied_at=None)
+        raise
+    JobSelection.objects.filter(pk=selection.pk).update(changed=len(changed))
+    return changed

@@ -52,6 +52,9 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("jobs/", views.job_list, name="jobs"),
     path("jobs/<row_id:pk>/", views.job_detail, name="job"),
+    path("jobs/<row_id:pk>/act/", views.job_act, name="job-act"),
+    path("jobs/preview/", views.job_preview, name="job-preview"),
+    path("jobs/selections/<row_id:pk>/", views.job_confirm, name="job-confirm"),
     path("health/", dashboard.dashboard, name="health"),
     path("health/queues/", views.queue_control, name="queue-control"),
 ]

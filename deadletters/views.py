@@ -9,13 +9,18 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connections, transaction
-from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -26,15 +31,18 @@ from .forms import (
     AuditFilterForm,
     ConfirmForm,
     FilterForm,
+    JobActionForm,
+    JobConfirmForm,
     JobFilterForm,
+    JobSelectionForm,
     ListPageForm,
     QueueControlForm,
     RunPageForm,
     SelectionForm,
     refusal,
 )
-from .models import Action, ReplayRun, Selection
-from .roles import ACTION_PERMISSION, PAUSE_QUEUE, POISON, VIEW
+from .models import Action, JobSelection, ReplayRun, Selection
+from .roles import ACT_ON_JOB, ACTION_PERMISSION, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 
@@ -47,6 +55,7 @@ DOING = {
     POISON: "replay items past the poison limit",
     redaction.REVEAL_PERMISSION: "see masked payload values",
     PAUSE_QUEUE: "pause or resume queues",
+    ACT_ON_JOB: "run queued jobs now or cancel them",
 }
 
 
@@ -456,11 +465,11 @@ def queue_control(request):
         messages.error(request, f"Nothing changed: {exc}.")
         return redirect("deadletters:health")
     done = "paused" if action == "pause" else "resumed"
-    if changed:
-        messages.success(request, f"Queue {queue} {done}.")
-    else:
+    if not changed:
         messages.warning(request, f"Queue {queue} was already {done}: nothing changed.")
-    return redirect("deadletters:health")
+        return redirect("deadletters:health")
+    messages.success(request, f"Queue {queue} {done}.")
+    return HttpResponseRedirect(reverse("deadletters:health") + "#queue-control")
 
 
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
@@ -478,8 +487,12 @@ def job_list(request):
         "page": jobs.page(f, after=cursors.get("after"), before=cursors.get("before")),
         "filter_query": form.query(),
         "shown_filter": form.echo(),
+        "echo": form.echo(),
         "states": jobs.STATES,
         "now": timezone.now(),
+        "can_act": request.user.has_perm(ACT_ON_JOB),
+        "waiting": jobs.WAITING,
+        "max_selection": conf.get("MAX_SELECTION"),
     }
     return render_page(request, "deadletters/jobs.html", "job-results", context)
 
@@ -491,4 +504,103 @@ def job_detail(request, pk):
         detail = jobs.detail(pk)
     except Job.DoesNotExist:
         raise NotFound("job", pk, JOB_GONE) from None
-    return render(request, "deadletters/job.html", {"d": detail, "job": detail.job})
+    context = {
+        "d": detail,
+        "job": detail.job,
+        "can_act": request.user.has_perm(ACT_ON_JOB) and detail.state in jobs.WAITING,
+    }
+    return render(request, "deadletters/job.html", context)
+
+
+@require_POST
+@console_view
+def job_act(request, pk):
+    """Run one queued job now or cancel it, from its page: permission, CSRF, a reason."""
+    require(request.user, ACT_ON_JOB)
+    form = JobActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing changed ({refusal(form)}).")
+        return redirect("deadletters:job", pk=pk)
+    action = form.cleaned_data["action"]
+    changed = services.act_on_jobs(
+        action, [pk], operator=request.user, reason=form.cleaned_data["reason"]
+    )
+    if changed:
+        messages.success(
+            request, f"Job {pk} {'is due now' if action == 'run_now' else 'cancelled'}."
+        )
+        # To its history, which now lists the change.
+        return HttpResponseRedirect(reverse("deadletters:job", args=[pk]) + "#history")
+    else:
+        messages.warning(
+            request,
+            f"Nothing changed: job {pk} is not waiting"
+            + (
+                " for a later time."
+                if action == "run_now"
+                else " (it started, finished or is gone)."
+            ),
+        )
+    return redirect("deadletters:job", pk=pk)
+
+
+@require_POST
+@console_view
+def job_preview(request):
+    """Freeze the chosen jobs (ticked rows, or every row matching the filter) and preview."""
+    require(request.user, ACT_ON_JOB)
+    form = JobSelectionForm(request.POST)
+    back = reverse("deadletters:jobs") + (f"?{form.query()}" if form.is_valid() else "")
+    try:
+        if not form.is_valid():
+            raise services.RefusedError(f"Refused: {refusal(form)}")
+        if form.cleaned_data["select_all"]:
+            f = form.to_filter()
+            ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"))
+            recorded = dict(form.echo())
+        else:
+            ids, recorded = form.cleaned_data["ids"], {}
+        selection = services.freeze_job_selection(
+            operator=request.user, action=form.cleaned_data["action"], ids=ids, filter=recorded
+        )
+    except (selectors.SelectionTooLarge, services.RefusedError) as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    return redirect("deadletters:job-confirm", pk=selection.pk)
+
+
+@console_view
+def job_confirm(request, pk):
+    """GET: the preview of a frozen job selection. POST: confirm it with a reason, act."""
+    require(request.user, ACT_ON_JOB)
+    selection = JobSelection.objects.filter(pk=pk, operator=request.user).first()
+    if selection is None:
+        raise NotFound("selection", pk, "A selection is seen only by the operator who made it.")
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = JobConfirmForm(request.POST or None)
+    if request.method == "POST" and form.is_valid() and selection.applied_at is None:
+        try:
+            changed = services.apply_job_selection(selection, reason=form.cleaned_data["reason"])
+        except services.RefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            verb = "made due now" if selection.action == "run_now" else "cancelled"
+            skipped = len(selection.job_ids) - len(changed)
+            messages.success(
+                request,
+                f"{len(changed)} job{'s' if len(changed) != 1 else ''} {verb}"
+                + (f"; {skipped} skipped (no longer waiting)." if skipped else "."),
+            )
+            # The selection's page, which now says what was done (as a replay's run page).
+            return redirect("deadletters:job-confirm", pk=selection.pk)
+    context = {
+        "selection": selection,
+        "preview": jobs.preview(selection.job_ids, selection.action),
+        "form": form,
+        "label": dict(JobActionForm.base_fields["action"].choices)[selection.action],
+        "back": reverse("deadletters:jobs") + "?" + urlencode(selection.filter),
+    }
+    return render(
+        request, "deadletters/job_confirm.html", context, status=400 if form.errors else 200
+    )

@@ -13,6 +13,9 @@ class JobState(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     DEAD = "dead", "Dead"
+    # An operator cancelled it before it ran (jobqueue.store.job_actions): final, and its key
+    # stays taken, so a producer retrying the same key does not bring it back.
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class JobQuerySet(models.QuerySet):
@@ -66,6 +69,7 @@ class Job(models.Model):
     objects = JobQuerySet.as_manager()
 
     class Meta:
+        permissions = [("act_on_job", "Can run queued jobs now or cancel them (audited)")]
         indexes = [
             # The claim scans only due ready rows, best priority first: one index for workers
             # that take every queue, one for workers bound to named queues.
@@ -384,3 +388,26 @@ class QueueAction(models.Model):
 
     def __str__(self):
         return f"{self.action} {self.queue_name} by {self.actor}"
+
+
+class JobAction(models.Model):
+    """The audit log of operators' actions on queued jobs: which job, what, who, when, why."""
+
+    class Kind(models.TextChoices):
+        RUN_NOW = "run_now", "Run now"
+        CANCEL = "cancel", "Cancel"
+
+    job_id = models.BigIntegerField()  # not a foreign key: the record outlives a pruned job
+    action = models.CharField(max_length=10, choices=Kind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField()
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job_id"], name="jobqueue_jobaction_job_idx"),
+            models.Index(fields=["-at", "-id"], name="jobqueue_jobaction_at_idx"),
+        ]
+
+    def __str__(self):
+        return f"{self.action} job {self.job_id} by {self.actor}"

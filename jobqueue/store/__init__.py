@@ -11,6 +11,7 @@ By concern:
     sources/            one module per dead-letter source (jobs, outbox, django-q2)
     workers.py          the worker registry and per-minute counters
     queues.py           queue pause and resume, audited
+    job_actions.py      run a queued job now or cancel it, audited
     payloads.py         JSON and text every database stores
     postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement
 
@@ -18,7 +19,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
-from . import queues
+from . import job_actions, queues
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -74,6 +75,7 @@ __all__ = [
     "extend_leases",
     "fail",
     "forget_worker",
+    "job_actions",
     "queues",
     "record_worker",
     "release",

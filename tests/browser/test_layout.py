@@ -76,7 +76,16 @@ def console_pages(live_server, operator):
     )
     run = services.start_run(operator=operator, selection=other, reason="receipt API back")
     assert ReplayRun.objects.filter(pk=run.pk).exists()
+    waiting = JobFactory(
+        task_path="shop.tasks.send_newsletter_to_every_subscriber_in_the_region",
+        run_after=timezone.now() + timedelta(hours=3),
+    )
+    job_selection = services.freeze_job_selection(
+        operator=operator, action="cancel", ids=[waiting.pk]
+    )
     return {
+        "job-waiting": f"/deadletters/jobs/{waiting.pk}/",
+        "job-confirm": f"/deadletters/jobs/selections/{job_selection.pk}/",
         "health": "/",
         "overview": "/deadletters/",
         "list": "/deadletters/list/?state=pending",

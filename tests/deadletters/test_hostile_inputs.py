@@ -23,7 +23,10 @@ from deadletters.forms import (
     AuditFilterForm,
     ConfirmForm,
     FilterForm,
+    JobActionForm,
+    JobConfirmForm,
     JobFilterForm,
+    JobSelectionForm,
     ListPageForm,
     QueueControlForm,
     RunPageForm,
@@ -31,7 +34,7 @@ from deadletters.forms import (
 )
 from deadletters.models import ReplayRun, Selection
 from deadletters.selectors import MAX_ID
-from tests.factories import DeadLetterFactory, UserFactory
+from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 from .conftest import user_with_role
 
@@ -70,7 +73,7 @@ LETTER = "<an existing dead letter's id>"  # World.resolve puts a real one in it
 # Ordinary values too, so that requests also get past validation and write (a frozen selection,
 # a started or paused run) and the next examples meet that state.
 PLAUSIBLE = {
-    "action": st.sampled_from(["replay", "discard", "pause", "resume"]),
+    "action": st.sampled_from(["replay", "discard", "pause", "resume", "run_now", "cancel"]),
     "queue": st.sampled_from(["default", "mail"]),
     "task": st.just("shop.send_receipt"),
     "key": st.just("receipt:1"),
@@ -140,6 +143,9 @@ ENDPOINTS = {
     "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
     "job": (["GET"], [], "jobs/{job}/"),
+    "job-act": (["POST"], list(JobActionForm.base_fields), "jobs/{job}/act/"),
+    "job-preview": (["POST"], list(JobSelectionForm.base_fields), "jobs/preview/"),
+    "job-confirm": (["GET", "POST"], list(JobConfirmForm.base_fields), "jobs/selections/{jobs}/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -157,7 +163,7 @@ def requests(draw):
     methods, params, template = {**ENDPOINTS, **OUTSIDE}[name]
     segments = {
         key: draw(path_ids(key))
-        for key in ("letter", "selection", "run", "job")
+        for key in ("letter", "selection", "run", "job", "jobs")
         if f"{{{key}}}" in template
     }
     command = draw(st.sampled_from(["pause", "resume", "cancel", "explode"]))
@@ -194,7 +200,10 @@ class World:
             "selection": [],
             "run": [],
             "job": [dl.job_id for dl in letters],
+            "jobs": [],
         }
+        waiting = [JobFactory().pk for _ in range(3)]
+        self.rows["job"] += waiting
         for user, chunk in ((users["operator"], letters[:3]), (users["admin"], letters[3:6])):
             # A background run (more than one batch) and an unconfirmed preview per actor.
             ids = [dl.pk for dl in chunk]
@@ -203,6 +212,8 @@ class World:
             preview = services.freeze_selection(operator=user, action="discard", ids=ids[:1])
             self.rows["selection"] += [selection.pk, preview.pk]
             self.rows["run"].append(run.pk)
+            jobs = services.freeze_job_selection(operator=user, action="cancel", ids=waiting)
+            self.rows["jobs"].append(jobs.pk)
 
     def resolve(self, pairs, draw_row):
         return [(k, str(draw_row(self.rows["letter"])) if v == LETTER else v) for k, v in pairs]
@@ -243,7 +254,10 @@ def snapshot():
 
 
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
-ACCEPTED = re.compile(r"^/deadletters/(selections|runs)/[0-9]+/$")
+ACCEPTED = re.compile(
+    r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
+    r"|jobs/[0-9]+/#history|health/#queue-control)$"
+)
 
 
 def send(client, method, path, query, body, headers):

@@ -19,7 +19,7 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_audit_names_them(operato
     response = operator_client.post(
         URL, {"action": "pause", "queue": "mail", "reason": "SMTP down"}
     )
-    assert response.status_code == 302 and response["Location"] == HEALTH
+    assert response.status_code == 302 and response["Location"] == HEALTH + "#queue-control"
     paused = PausedQueue.objects.get()
     assert (paused.queue_name, paused.paused_by, paused.reason) == ("mail", "operator", "SMTP down")
     page = operator_client.get(HEALTH)

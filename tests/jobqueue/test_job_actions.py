@@ -1,0 +1,73 @@
+"""Run now and cancel on queued jobs: only jobs that have not started change, each audited."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import Job, JobAction, JobState
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_now_makes_scheduled_and_retrying_jobs_due_and_leaves_the_rest():
+    now = timezone.now()
+    scheduled = JobFactory(run_after=now + timedelta(hours=1))
+    retrying = JobFactory(run_after=now + timedelta(minutes=5), attempts=2)
+    due = JobFactory(run_after=now - timedelta(seconds=1))
+    running = JobFactory(running=True)
+    changed = store.job_actions.run_now(
+        [scheduled.pk, retrying.pk, due.pk, running.pk, 10**12], actor="ana", reason="go", now=now
+    )
+    assert sorted(changed) == sorted([scheduled.pk, retrying.pk])
+    assert Job.objects.get(pk=scheduled.pk).run_after == now
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+    claimed = store.claim(worker_id="w", queues=None, limit=10, lease_seconds=30, now=now)
+    assert {j.pk for j in claimed} == {scheduled.pk, retrying.pk, due.pk}
+    assert set(JobAction.objects.values_list("job_id", "action", "actor", "reason")) == {
+        (scheduled.pk, "run_now", "ana", "go"),
+        (retrying.pk, "run_now", "ana", "go"),
+    }
+
+
+def test_cancel_never_touches_a_running_or_finished_job_and_a_cancelled_one_is_never_claimed():
+    waiting = JobFactory()
+    running = JobFactory(running=True)
+    done = JobFactory(done=True)
+    changed = store.job_actions.cancel(
+        [waiting.pk, running.pk, done.pk], actor="ana", reason="campaign off"
+    )
+    assert changed == [waiting.pk]
+    job = Job.objects.get(pk=waiting.pk)
+    assert job.state == JobState.CANCELLED and job.finished_at is not None
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+    assert store.claim(worker_id="w", queues=None, limit=10, lease_seconds=30) == []
+    assert store.job_actions.cancel([waiting.pk], actor="ana", reason="again") == []
+    assert JobAction.objects.count() == 1
+
+
+def test_a_cancelled_jobs_key_stays_taken():
+    job, _ = store.enqueue(store.NewJob(task_path="tests.tasks.noop", idempotency_key="mail:1"))
+    store.job_actions.cancel([job.pk], actor="ana", reason="duplicate campaign")
+    again, created = store.enqueue(
+        store.NewJob(task_path="tests.tasks.noop", idempotency_key="mail:1")
+    )
+    assert not created and again.pk == job.pk and again.state == JobState.CANCELLED
+
+
+@pytest.mark.parametrize("actor, reason", [("ana", ""), ("ana", "  "), ("", "why"), (None, "x")])
+def test_an_action_without_an_operator_or_a_reason_is_refused(actor, reason):
+    job = JobFactory()
+    with pytest.raises(ValueError):
+        store.job_actions.cancel([job.pk], actor=actor, reason=reason)
+    assert Job.objects.get(pk=job.pk).state == JobState.READY
+    assert not JobAction.objects.exists()
+
+
+def test_a_big_selection_is_done_in_chunks(monkeypatch):
+    monkeypatch.setattr(store.job_actions, "CHUNK", 3)
+    jobs = [JobFactory().pk for _ in range(8)]
+    assert sorted(store.job_actions.cancel(jobs, actor="ana", reason="x")) == jobs
+    assert JobAction.objects.count() == 8
