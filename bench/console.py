@@ -1,4 +1,5 @@
-"""Dead-letter console speed at 1,000,000 dead letters over 20 job types (PostgreSQL).
+"""Console speed at 1,000,000 dead letters over 20 job types, and the jobs browser at 1,000,000
+jobs (PostgreSQL).
 
     uv run python bench/console.py [--rows 1000000] [--keep]
 
@@ -60,6 +61,39 @@ FROM (
 """
 
 
+# The jobs browser's table: a spread of states as a busy queue holds them (mostly done).
+FILL_JOBS = """
+INSERT INTO jobqueue_job (
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
+    attempts, max_attempts, lease_token, locked_until, locked_by, worker_ids, enqueued_at,
+    started_at, last_attempted_at, finished_at, errors, return_value
+)
+SELECT
+    'bench.tasks.job_' || lpad((g %% %(types)s)::text, 2, '0'),
+    (ARRAY['default', 'mail', 'billing'])[1 + g %% 3], 0, 'default',
+    jsonb_build_array(g), jsonb_build_object('order_id', g, 'password', 'hunter2'),
+    'job:' || g, st,
+    CASE WHEN st = 'ready' AND k < 94 THEN now() + interval '1 hour' ELSE ts END,
+    CASE WHEN st = 'ready' AND k >= 93 THEN 2 WHEN st = 'ready' THEN 0 ELSE 1 END, 5,
+    CASE WHEN st = 'running' THEN md5(g::text) END,
+    CASE WHEN st = 'running' THEN now() + interval '30 seconds' END,
+    CASE WHEN st = 'running' THEN 'bench:1' END,
+    '["bench:1"]', ts - interval '1 minute', ts, ts,
+    CASE WHEN st IN ('done', 'dead', 'cancelled') THEN ts END,
+    CASE WHEN st = 'dead' OR (st = 'ready' AND k >= 93)
+         THEN jsonb_build_array(jsonb_build_object('attempt', 1, 'message',
+              'upstream answered 503 for order ' || g, 'worker_id', 'bench:1'))
+         ELSE '[]' END,
+    CASE WHEN st = 'done' THEN 'null'::jsonb END
+FROM (
+    SELECT g, k, now() - g * (interval '30 days' / %(rows)s) AS ts,
+           CASE WHEN k < 90 THEN 'done' WHEN k < 92 THEN 'dead' WHEN k < 95 THEN 'ready'
+                WHEN k < 97 THEN 'running' WHEN k < 98 THEN 'cancelled' ELSE 'ready' END AS st
+    FROM (SELECT g, (g * 7919) %% 100 AS k FROM generate_series(1::bigint, %(rows)s::bigint) g) a
+) AS s
+"""
+
+
 def median_ms(fn, repeat=REPEAT, warmup=2):
     for _ in range(warmup):
         fn()
@@ -78,6 +112,7 @@ def main():
     parser.add_argument("--replay", type=int, default=10_000)
     parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
     parser.add_argument("--reuse", action="store_true", help="Reuse a kept, filled database.")
+    parser.add_argument("--jobs", type=int, default=1_000_000, help="rows for the jobs browser")
     args = parser.parse_args()
 
     bench_url = database_url(BENCH_DB) if args.reuse else recreate_database(BENCH_DB)
@@ -299,6 +334,104 @@ def run(args):
         f"(ratio {run_seconds / bare_seconds:.2f})"
     )
     print(f"{'PASS' if run_seconds < 30 else 'MISS'}  a {args.replay:,}-item replay run under 30 s")
+    if args.jobs:
+        jobs_browser(args, client)
+
+
+def jobs_browser(args, client):
+    """The jobs browser at --jobs jobs: each state's first page and a deep one, the filters, a
+    job's page; each beside the bare SELECT of its rows."""
+    from django.db import connection
+
+    if not args.reuse:
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute(FILL_JOBS, {"rows": args.jobs, "types": JOB_TYPES})
+            cursor.execute("VACUUM ANALYZE jobqueue_job")
+        print(f"\nfilled {args.jobs:,} jobs in {time.perf_counter() - started:.1f}s")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state, count(*) FROM jobqueue_job GROUP BY 1 ORDER BY 1")
+        print("jobs by state: " + ", ".join(f"{s} {n:,}" for s, n in cursor.fetchall()))
+        cursor.execute(
+            "SELECT id FROM jobqueue_job WHERE state = 'done' ORDER BY id DESC OFFSET %s LIMIT 1",
+            [args.jobs * 8 // 10],
+        )
+        deep_done = cursor.fetchone()[0]
+        cursor.execute("SELECT max(id) FROM jobqueue_job WHERE state = 'dead'")
+        dead_id = cursor.fetchone()[0]
+
+    def get(url, **params):
+        def call():
+            response = client.get(url, params)
+            assert response.status_code == 200, (url, response.status_code)
+
+        return call
+
+    def sql(where, params=()):
+        def call():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT * FROM jobqueue_job WHERE {where} ORDER BY id DESC LIMIT 51", params
+                )
+                cursor.fetchall()
+
+        return call
+
+    ready = "state = 'ready' AND run_after <= now()"
+    cases = [
+        ("jobs, all states, first page", get("/deadletters/jobs/"), sql("true")),
+        *(
+            (f"jobs, {state}, first page", get("/deadletters/jobs/", state=state), sql(where))
+            for state, where in [
+                ("ready", ready),
+                ("scheduled", "state = 'ready' AND run_after > now() AND attempts = 0"),
+                ("retrying", "state = 'ready' AND run_after > now() AND attempts > 0"),
+                ("running", "state = 'running'"),
+                ("done", "state = 'done'"),
+                ("dead", "state = 'dead'"),
+                ("cancelled", "state = 'cancelled'"),
+            ]
+        ),
+        (
+            "jobs, done, page 80% deep",
+            get("/deadletters/jobs/", state="done", after=deep_done),
+            sql("state = 'done' AND id < %s", [deep_done]),
+        ),
+        (
+            "jobs, task bench.tasks.job_07",
+            get("/deadletters/jobs/", task="bench.tasks.job_07"),
+            sql("task_path = %s", ["bench.tasks.job_07"]),
+        ),
+        (
+            "jobs, queue billing, running",
+            get("/deadletters/jobs/", queue="billing", state="running"),
+            sql("queue_name = 'billing' AND state = 'running'"),
+        ),
+        (
+            "jobs, key job:123456",
+            get("/deadletters/jobs/", key="job:123456"),
+            sql("idempotency_key = 'job:123456'"),
+        ),
+        (
+            "jobs, retrying, text '503 for order 9'",
+            get("/deadletters/jobs/", state="retrying", q="503 for order 9"),
+            sql(
+                "state = 'ready' AND run_after > now() AND attempts > 0 "
+                "AND errors::text ILIKE '%%503 for order 9%%'"
+            ),
+        ),
+        (f"job #{dead_id}", get(f"/deadletters/jobs/{dead_id}/"), sql("id = %s", [dead_id])),
+    ]
+    print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}")
+    slowest = 0.0
+    for name, page_call, baseline_call in cases:
+        page_ms, base_ms = median_ms(page_call), median_ms(baseline_call)
+        slowest = max(slowest, page_ms)
+        print(f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}")
+    print(
+        f"{'PASS' if slowest < 100 else 'MISS'}  every jobs-browser page under 100 ms "
+        f"(slowest {slowest:.1f})"
+    )
 
 
 if __name__ == "__main__":

@@ -99,6 +99,13 @@ class Job(models.Model):
                 name="jobqueue_job_replayed_idx",
                 condition=Q(replayed_from__isnull=False),
             ),
+            # Finding a job by its key in any state (the live-key constraint covers only jobs
+            # that are not dead); keyless jobs, most of them, are not in it.
+            models.Index(
+                fields=["idempotency_key"],
+                name="jobqueue_job_key_idx",
+                condition=Q(idempotency_key__isnull=False),
+            ),
         ]
         constraints = [
             # A key names one obligation: at most one job per key that is not dead.
@@ -192,6 +199,8 @@ class DeadLetter(models.Model):
                 condition=Q(state="pending"),
             ),
             models.Index(fields=["dead_lettered_at", "id"], name="jobqueue_dl_time_idx"),
+            # A job's page finds the letter it became (job_id has the foreign key's index).
+            models.Index(fields=["original_job_id"], name="jobqueue_dl_original_job_idx"),
             models.Index(
                 fields=["task_path", "dead_lettered_at", "id"], name="jobqueue_dl_type_time_idx"
             ),
