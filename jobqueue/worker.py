@@ -1,9 +1,10 @@
 """The worker loop: claim in batches, run handlers on threads, heartbeat, acknowledge, fail.
 
-The main thread owns every store call (claim, acknowledge, fail, heartbeat, release) so the
-queue's bookkeeping uses one connection and batches naturally: while handlers run, finished
-jobs pile up and are acknowledged together. Handler threads each keep their own Django
-connection for the task's own queries.
+Three kinds of thread, each with its own Django connection. The main thread claims, renews
+leases (heartbeat), enforces timeouts and releases; handler threads run the tasks; the settler
+thread records their outcomes (acknowledges successes in one statement per batch, fails the
+rest). Claiming and settling on two connections overlap their round trips: while the settler
+waits on an acknowledgement the main thread's next claim is already on its way.
 
 Stopping: the first SIGTERM/SIGINT stops claiming, hands back leases of jobs not yet started,
 waits up to `grace` seconds for running handlers, then releases the leases of those still
@@ -51,7 +52,7 @@ from jobqueue.errors import (
 )
 from jobqueue.listener import Listener
 from jobqueue.logfmt import logfmt
-from jobqueue.loop import FaultPoints, Loop, process_id
+from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
@@ -140,6 +141,7 @@ class LeaseTable(Mapping):
     def __init__(self):
         self._held: dict[int, Held] = {}
         self._lock = threading.Lock()
+        self.busy = 0  # begun and not returned: handlers at work
 
     def __getitem__(self, job_id: int) -> Held:
         return self._held[job_id]
@@ -169,10 +171,14 @@ class LeaseTable(Mapping):
                 return None
             held.thread = thread
             held.started = time.monotonic()
+            self.busy += 1
             return held
 
     def returned(self, held: Held) -> None:
-        held.returned = True
+        with self._lock:
+            if not held.returned:
+                held.returned = True
+                self.busy -= 1
 
     def lose(self, job: Job) -> None:
         """The lease is gone. A job not begun is forgotten now (the handler skips it; nothing
@@ -197,8 +203,14 @@ class LeaseTable(Mapping):
                 self._held.pop(job_id, None)
 
     def abandon(self, job_id: int) -> Held | None:
-        """Past its timeout: forgotten while its handler may still be running it."""
-        return self.finish(job_id)
+        """Past its timeout: forgotten while its handler may still be running it (a fresh
+        handler takes that one's place, so it no longer counts as busy)."""
+        with self._lock:
+            held = self._held.pop(job_id, None)
+            if held is not None and held.started is not None and not held.returned:
+                held.returned = True
+                self.busy -= 1
+            return held
 
     def live_jobs(self) -> list[Job]:
         """The jobs whose leases the heartbeat extends."""
@@ -298,7 +310,15 @@ class Worker(Loop):
         self._tallies: dict[tuple, store.Tally] = {}
         self._last_record = 0.0
         self._claimed_empty = False  # burst mode: the last claim found nothing
-        self._main_thread: int | None = None  # set by run(): only its connection is configured
+        # The threads whose connections are the queue's own (main, settler): named and given a
+        # lock timeout; handlers' connections are the tasks' and left as the project made them.
+        self._queue_threads: set[int] = set()
+        self._settler: threading.Thread | None = None
+        self._settle_wake = threading.Event()
+        self._settling = True  # cleared once the main thread has nothing left to hand over
+        # Counters and per-minute tallies are written by the main thread (timeouts, lost
+        # leases) and the settler (outcomes); the main thread also flushes the tallies.
+        self._counts = threading.Lock()
         self._low_water = 0  # held jobs at or below which the main thread claims more
         self._announce_start = False  # send task_started (someone listens)
 
@@ -310,7 +330,7 @@ class Worker(Loop):
         A claim stuck behind a table lock then fails fast and is retried with backoff instead
         of hanging the worker; operators can find (or terminate) it by application_name.
         """
-        if connection.vendor != "postgresql" or threading.get_ident() != self._main_thread:
+        if connection.vendor != "postgresql" or threading.get_ident() not in self._queue_threads:
             return
         with connection.cursor() as cursor:
             cursor.execute(
@@ -333,7 +353,7 @@ class Worker(Loop):
             logging.logAsyncioTasks = tasks_logged
 
     def _run(self) -> int:
-        self._main_thread = threading.get_ident()
+        self._queue_threads.add(threading.get_ident())
         connection_created.connect(self._configure_connection)
         if connections[self.using].connection is not None:  # already open: configure it now
             self._configure_connection(None, connections[self.using])
@@ -349,12 +369,16 @@ class Worker(Loop):
             thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._settler = threading.Thread(target=self._settle_loop, name="settler", daemon=True)
+        self._settler.start()
         listener = self.listener = self._start_listener()
         try:
             self._loop()
             self._drain()
+            self._stop_settler()
             self._forget()
         finally:
+            self._stop_settler()
             for _ in self._threads:
                 self.inbox.put(None)
             for thread in self._threads:
@@ -390,14 +414,13 @@ class Worker(Loop):
                 continue
             if self._done():
                 return
-            # While handlers are busy they wake this thread only when the inbox runs low or
-            # empty; meanwhile it settles what they finished every SETTLE_INTERVAL, so one
-            # acknowledgement carries many jobs instead of one each.
+            # Handlers wake this thread when the inbox runs low or empty, the settler when it
+            # settled a batch (a burst may be over); otherwise it looks again at the poll.
             self.wake.wait(SETTLE_INTERVAL if progressed else self._idle_timeout())
 
     def _step(self) -> bool:
         self._revive_handlers()
-        progressed = self._settle()
+        progressed = False
         self._record_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
@@ -406,10 +429,17 @@ class Worker(Loop):
         # Asked here, once per step, rather than by handlers once per job.
         self._announce_start = wants(task_started, log_task_started)
         window = self.concurrency + self._prefetch_window()
-        held = len(self.held)
-        # Refill at the low-water mark rather than after every job: fewer, fuller claims.
+        # Refill at the low-water mark rather than after every job: fewer, fuller claims. What
+        # counts is the work not yet done (waiting and running): outcomes the settler has yet
+        # to store do not hold the next claim back, but a backlog of them (a settler stuck on
+        # the database) stops claiming.
         self._low_water = window // 2
-        limit = window - held if held < self.concurrency or held <= self._low_water else 0
+        waiting, busy = self.inbox.qsize(), self.held.busy
+        limit = window - waiting - busy
+        if waiting + busy >= self.concurrency and waiting > self._low_water:
+            limit = 0
+        if len(self.held) >= 2 * window:
+            limit = 0
         if self.max_jobs is not None:
             limit = min(limit, self.max_jobs - self.stats.claimed)
         if limit > 0:
@@ -490,8 +520,8 @@ class Worker(Loop):
         deadline = time.monotonic() + self.grace
         while self.held and time.monotonic() < deadline:
             self._release(self._unstarted(), reason="not started")
+            self._settle_wake.set()  # what finished is stored by the settler meanwhile
             try:
-                self._settle()
                 self._heartbeat_if_due()
             except DatabaseError as exc:
                 self._database_trouble(exc)
@@ -561,6 +591,8 @@ class Worker(Loop):
                     waiting = self.inbox.qsize()
                     if waiting == 0 or waiting + self.concurrency <= self._low_water:
                         self.wake.set()
+                    if waiting == 0:
+                        self._settle_wake.set()  # nothing left to run: store it now
         finally:
             self._abandoned.discard(me)
             # This thread's Django connection dies with it rather than lingering server-side.
@@ -623,7 +655,52 @@ class Worker(Loop):
 
         return task_backends["default"]
 
-    # --- bookkeeping on the main thread --------------------------------------------------
+    # --- the settler thread -------------------------------------------------------------
+
+    def _settle_loop(self):
+        """Store outcomes as handlers finish them, every SETTLE_INTERVAL or sooner when the
+        inbox empties; back off (bounded) while the database is away, losing none."""
+        self._queue_threads.add(threading.get_ident())
+        backoff = 0.0
+        try:
+            while True:
+                self._settle_wake.wait(SETTLE_INTERVAL)
+                self._settle_wake.clear()
+                try:
+                    if self._settle():
+                        self.wake.set()  # the main thread may refill, or end a burst
+                    backoff = 0.0
+                except DatabaseError as exc:
+                    with self._counts:
+                        self.stats.db_errors += 1
+                    backoff = next_backoff(backoff)
+                    logger.warning(
+                        "event=database_error worker=%s thread=settler error=%s retry_in=%.1fs",
+                        self.worker_id,
+                        logfmt(first_line(exc)),
+                        backoff,
+                    )
+                    connections[self.using].close()
+                    self._settle_wake.wait(backoff)
+                    continue
+                if not self._settling and self.finished.empty():
+                    return
+        except Exception:
+            logger.exception("event=settler_died worker=%s action=exit_for_restart", self.worker_id)
+            self.exit_code = 1
+            self.stop()
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _stop_settler(self):
+        """After the drain: let the settler store what is left, then end it."""
+        if self._settler is None or not self._settler.is_alive():
+            return
+        self._settling = False
+        self._settle_wake.set()
+        self._settler.join(timeout=self.grace + 5.0)
+
+    # --- bookkeeping ---------------------------------------------------------------------
 
     def _settle(self) -> bool:
         """Acknowledge successes in one batch; record each failure.
@@ -719,10 +796,11 @@ class Worker(Loop):
         for held, fin in done:
             job = held.job
             if job.id in acked:
-                self.stats.succeeded += 1
-                tally = self._tally(job, minute)
-                tally.succeeded += 1
-                tally.last_success_at = now
+                with self._counts:
+                    self.stats.succeeded += 1
+                    tally = self._tally(job, minute)
+                    tally.succeeded += 1
+                    tally.last_success_at = now
                 job.state, job.return_value, job.finished_at = JobState.DONE, fin.value, now
                 if logged:
                     log_succeeded(job, fin.duration)
@@ -759,13 +837,17 @@ class Worker(Loop):
         ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
         if ok:
-            tally = self._tally(job, now.replace(second=0, microsecond=0))
-            tally.failed += 1
-            tally.dead += retry_at is None
+            with self._counts:
+                tally = self._tally(job, now.replace(second=0, microsecond=0))
+                tally.failed += 1
+                tally.dead += retry_at is None
+                if retry_at is not None:
+                    self.stats.retried += 1
+                else:
+                    self.stats.dead += 1
         if not ok:
             self._lease_lost(job, "fail")
         elif retry_at is not None:
-            self.stats.retried += 1
             log_event(
                 "retried",
                 job,
@@ -775,7 +857,6 @@ class Worker(Loop):
                 **fields,
             )
         else:
-            self.stats.dead += 1
             job.state, job.errors = JobState.DEAD, [*job.errors, entry]
             log_event("dead_lettered", job, logging.ERROR, outcome="dead", **fields)
             self._send_finished(job, exc)
@@ -792,7 +873,8 @@ class Worker(Loop):
         if not force and now_mono - self._last_record < RECORD_INTERVAL:
             return
         self._last_record = now_mono
-        tallies, self._tallies = self._tallies, {}
+        with self._counts:
+            tallies, self._tallies = self._tallies, {}
         try:
             store.record_worker(
                 worker_id=self.worker_id,
@@ -809,14 +891,15 @@ class Worker(Loop):
                 using=self.using,
             )
         except DatabaseError:
-            for key, tally in tallies.items():  # keep them for the next try
-                mine = self._tallies.setdefault(key, store.Tally())
-                mine.succeeded += tally.succeeded
-                mine.failed += tally.failed
-                mine.dead += tally.dead
-                mine.last_success_at = max(
-                    filter(None, [mine.last_success_at, tally.last_success_at]), default=None
-                )
+            with self._counts:
+                for key, tally in tallies.items():  # keep them for the next try
+                    mine = self._tallies.setdefault(key, store.Tally())
+                    mine.succeeded += tally.succeeded
+                    mine.failed += tally.failed
+                    mine.dead += tally.dead
+                    mine.last_success_at = max(
+                        filter(None, [mine.last_success_at, tally.last_success_at]), default=None
+                    )
             raise
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
@@ -826,7 +909,8 @@ class Worker(Loop):
         return base, cap
 
     def _lease_lost(self, job: Job, during: str):
-        self.stats.leases_lost += 1
+        with self._counts:
+            self.stats.leases_lost += 1
         log_event("lease_lost", job, logging.WARNING, during=during, outcome="lost")
 
     def _send_finished(self, job: Job, exc: BaseException | None = None):
@@ -879,7 +963,8 @@ class Worker(Loop):
                         "",
                         duration=now_mono - held.started,
                     )
-                    self.stats.timeouts += 1
+                    with self._counts:
+                        self.stats.timeouts += 1
                 self.held.abandon(held.job.pk)
                 self._abandon(held.thread)
 

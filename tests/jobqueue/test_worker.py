@@ -425,3 +425,19 @@ def test_a_worker_with_more_stuck_handlers_than_threads_exits_for_a_restart(tmp_
         gate.write_text("go")
     assert worker.stats.timeouts == 2
     assert DeadLetter.objects.filter(error_class="jobqueue.errors.JobTimeout").count() == 2
+
+
+def test_a_settler_that_dies_stops_the_worker_for_a_restart(monkeypatch, caplog):
+    """A bug in the settler (not a database error: those back off) would leave outcomes
+    unstored and leases renewed forever; the worker stops and exits non-zero instead."""
+
+    def broken(self):
+        raise RuntimeError("settler bug")
+
+    monkeypatch.setattr(Worker, "_settle", broken)
+    tasks.noop.enqueue(1)
+    worker = Worker(poll_interval=0.05, grace=0.5)
+    assert worker.run() == 1
+    assert "event=settler_died" in caplog.text
+    # Its lease was handed back or will expire: the job is not lost, only not acknowledged.
+    assert Job.objects.get().state in (JobState.READY, JobState.RUNNING)
