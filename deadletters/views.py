@@ -492,7 +492,7 @@ def job_list(request):
         "now": timezone.now(),
         "can_act": request.user.has_perm(ACT_ON_JOB),
         "waiting": jobs.WAITING,
-        "max_selection": conf.get("MAX_SELECTION"),
+        "max_selection": f"{conf.get('MAX_SELECTION'):,}",
     }
     return render_page(request, "deadletters/jobs.html", "job-results", context)
 
