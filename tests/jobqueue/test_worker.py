@@ -31,6 +31,21 @@ class Clock:
         self.offset += timedelta(**kw)
 
 
+def in_thread(worker) -> threading.Thread:
+    """The worker running in a thread of its own, which closes its connection when it ends
+    (not left for the test's teardown)."""
+
+    def run():
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def burst(**kw):
     kw.setdefault("poll_interval", 0.05)
     return Worker(burst=True, **kw).run()
@@ -142,14 +157,7 @@ def test_heartbeat_keeps_a_long_job_leased(tmp_path):
     result = tasks.wait_for_file.enqueue(str(gate), key="long")
     worker = Worker(burst=True, lease_seconds=0.3, poll_interval=0.05)
 
-    def run():
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread = in_thread(worker)
     try:
         wait_until(lambda: (tmp_path / "gate.started").exists(), message="handler start")
         first = Job.objects.get(pk=result.id).locked_until
@@ -190,14 +198,7 @@ def test_postgres_notify_wakes_an_idle_worker_long_before_its_poll():
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite workers poll")
     worker = Worker(poll_interval=60)
 
-    def run():
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread = in_thread(worker)
     try:
         wait_until(
             lambda: worker.listener and worker.listener.listening.is_set(),
@@ -254,14 +255,7 @@ def test_jobs_behind_a_handler_stuck_past_its_timeout_still_run(tmp_path):
     quick = [tasks.add.enqueue(n, 1) for n in range(3)]
     worker = Worker(concurrency=1, prefetch=5, poll_interval=0.05)
 
-    def run():
-        try:
-            worker.run()
-        finally:
-            connections.close_all()  # this thread's connection, not left for the teardown
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread = in_thread(worker)
     try:
         wait_until(
             lambda: (
@@ -288,14 +282,7 @@ def test_a_finished_job_is_acknowledged_while_its_handler_is_busy_with_the_next(
     rest = [tasks.add.enqueue(n, 1) for n in range(3)]
     worker = Worker(concurrency=1, prefetch=5, poll_interval=5, burst=True)
 
-    def run():
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread = in_thread(worker)
     try:
         wait_until(lambda: (tmp_path / "gate.started").exists(), message="the long job started")
         wait_until(
