@@ -44,13 +44,20 @@ class RefusedError(ValueError):
     """The request cannot be carried out as asked (no reason, empty or foreign selection)."""
 
 
-def freeze_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
-    """Record exactly the ids an operator previews; confirming runs these and no others."""
+def _selected(ids, noun: str) -> list[int]:
+    """The ids of a selection, each once, in order; refused if none or more than the cap."""
     ids = list(dict.fromkeys(int(i) for i in ids))
     if not ids:
-        raise RefusedError("Select at least one dead letter.")
-    if len(ids) > conf.get("MAX_SELECTION"):
-        raise RefusedError(f"A selection holds at most {conf.get('MAX_SELECTION'):,} items.")
+        raise RefusedError(f"Select at least one {noun}.")
+    cap = conf.get("MAX_SELECTION")
+    if len(ids) > cap:
+        raise RefusedError(f"A selection holds at most {cap:,} items.")
+    return ids
+
+
+def freeze_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
+    """Record exactly the ids an operator previews; confirming runs these and no others."""
+    ids = _selected(ids, "dead letter")
     now = now or timezone.now()
     # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run).
     Selection.objects.filter(run__isnull=True, created_at__lt=now - PREVIEW_LIFETIME).delete()
@@ -440,11 +447,7 @@ def act_on_jobs(action: str, ids, *, operator, reason: str, now=None) -> list[in
 
 def freeze_job_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
     """Record exactly the job ids an operator previews; confirming acts on these only."""
-    ids = list(dict.fromkeys(int(i) for i in ids))
-    if not ids:
-        raise RefusedError("Select at least one job.")
-    if len(ids) > conf.get("MAX_SELECTION"):
-        raise RefusedError(f"A selection holds at most {conf.get('MAX_SELECTION'):,} jobs.")
+    ids = _selected(ids, "job")
     now = now or timezone.now()
     JobSelection.objects.filter(
         applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
