@@ -36,6 +36,7 @@ from .jobs import (
     enqueue_many,
     extend_leases,
     fail,
+    prune_finished_jobs,
     release,
     sweep_expired,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "fail",
     "forget_worker",
     "job_actions",
+    "prune_finished_jobs",
     "queues",
     "record_worker",
     "release",

@@ -324,3 +324,28 @@ def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
 def release(jobs: Sequence[Job], *, now: datetime | None = None, using: str = "default") -> int:
     """Give leases back on graceful shutdown: claimable at once, the attempt not counted."""
     return JOBS.release(jobs, now=now or timezone.now(), using=using)
+
+
+PRUNE_CHUNK = 5_000
+
+
+def prune_finished_jobs(
+    *, older_than: timedelta, now: datetime | None = None, using: str = "default"
+) -> int:
+    """Delete done and cancelled jobs that finished before now - older_than, a chunk per
+    transaction (a dead letter that named one as its replay keeps the letter; the link is
+    cleared). Dead jobs stay with their letters; ready and running ones always stay."""
+    cutoff = (now or timezone.now()) - older_than
+    finished = Job.objects.using(using).filter(
+        state__in=[JobState.DONE, JobState.CANCELLED], finished_at__lt=cutoff
+    )
+    deleted = 0
+    while True:
+        with transaction.atomic(using=using):
+            chunk = list(finished.order_by("id").values_list("id", flat=True)[:PRUNE_CHUNK])
+            if not chunk:
+                return deleted
+            # Django's delete, not a bare DELETE: every row that points at a job follows its
+            # own on_delete rule (a dead letter's job and replay job links are cleared).
+            _, by_model = Job.objects.using(using).filter(pk__in=chunk).delete()
+            deleted += by_model.get(Job._meta.label, 0)

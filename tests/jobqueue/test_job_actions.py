@@ -71,3 +71,31 @@ def test_a_big_selection_is_done_in_chunks(monkeypatch):
     jobs = [JobFactory().pk for _ in range(8)]
     assert sorted(store.job_actions.cancel(jobs, actor="ana", reason="x")) == jobs
     assert JobAction.objects.count() == 8
+
+
+def test_prune_removes_old_done_and_cancelled_jobs_and_keeps_everything_else():
+    from tests.cli import run
+    from tests.factories import DeadLetterFactory
+
+    old = timezone.now() - timedelta(days=30)
+    gone = [
+        JobFactory(done=True, finished_at=old).pk,
+        JobFactory(state=JobState.CANCELLED, finished_at=old).pk,
+    ]
+    letter = DeadLetterFactory()
+    replay = JobFactory(done=True, finished_at=old, replayed_from=letter)
+    letter.replay_job = replay
+    letter.save()
+    gone.append(replay.pk)
+    kept = [
+        JobFactory(done=True).pk,  # recent
+        JobFactory(run_after=old).pk,  # waiting, however old
+        JobFactory(running=True).pk,
+        letter.job_id,  # dead, with its letter
+    ]
+    result = run("prune", "--jobs-older-than", "14")
+    assert result.code == 0 and "pruned 3 finished job(s)" in result.out
+    assert not Job.objects.filter(pk__in=gone).exists()
+    assert Job.objects.filter(pk__in=kept).count() == 4
+    letter.refresh_from_db()
+    assert letter.replay_job_id is None and letter.job_id == kept[-1]

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from jobqueue import store
 from jobqueue.management import cli
 from jobqueue.models import JobCounter, WorkerRecord
 from jobqueue.outbox import setting
@@ -14,9 +15,10 @@ DAYS = cli.number(0, MAX_DAYS, unit="days")
 
 class Command(cli.Command):
     help = (
-        "Delete published outbox messages older than the retention (unpublished ones stay) "
-        "per-minute job counters older than the health window, and the records of workers "
-        "that stopped heartbeating long ago (crashed; a clean exit removes its own)."
+        "Delete published outbox messages older than the retention (unpublished ones stay), "
+        "finished jobs (done or cancelled) older than theirs, per-minute job counters older "
+        "than the health window, and the records of workers that stopped heartbeating long "
+        "ago (crashed; a clean exit removes its own)."
     )
 
     def add_arguments(self, parser):
@@ -26,6 +28,14 @@ class Command(cli.Command):
             default=None,
             metavar="DAYS",
             help="Retention in days (default REDRIVE['OUTBOX']['RETENTION_DAYS']).",
+        )
+        parser.add_argument(
+            "--jobs-older-than",
+            type=DAYS,
+            default=14.0,
+            metavar="DAYS",
+            help="Keep done and cancelled jobs this long after they finished (default 14). "
+            "Dead jobs stay with their dead letters; waiting and running ones always stay.",
         )
         parser.add_argument(
             "--counters-older-than",
@@ -50,6 +60,10 @@ class Command(cli.Command):
             days = float(setting("RETENTION_DAYS"))
         deleted = outbox_store.prune(older_than=timedelta(days=days))
         self.stdout.write(f"pruned {deleted} published outbox message(s) older than {days:g} days")
+        jobs = store.prune_finished_jobs(older_than=timedelta(days=opts["jobs_older_than"]))
+        self.stdout.write(
+            f"pruned {jobs} finished job(s) older than {opts['jobs_older_than']:g} days"
+        )
         cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])
         counters, _ = JobCounter.objects.filter(minute__lt=cutoff).delete()
         self.stdout.write(
