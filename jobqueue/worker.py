@@ -529,6 +529,9 @@ class Worker(Loop):
                 self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
                 self.wake.clear()
         if self.held:
+            # Outcomes already in hand are stored first: a job whose handler returned must not
+            # be handed back (and run again) only because the settler had not reached it yet.
+            self._stop_settler()
             self._release(self.held.jobs(), reason="grace period over")
 
     def _forget(self):
