@@ -88,6 +88,7 @@ class Row:
     job: Job
     state: str
     last_error: str
+    letter_id: int | None = None  # a dead job's letter
 
     @property
     def running_for(self) -> float | None:
@@ -128,11 +129,27 @@ def page(f: JobFilter, *, after=None, before=None, size=None, now=None) -> JobPa
         jobs = jobs[:size]
         next_after = jobs[-1].id if jobs and more_older else None
         prev_before = jobs[0].id if jobs and after else None
+    dead = [job.id for job in jobs if job.state == JobState.DEAD]
+    letters = dict(
+        DeadLetter.objects.filter(job_id__in=dead).values_list("job_id", "id") if dead else []
+    )
     rows = [
-        Row(job, browser_state(job, now), job.errors[-1].get("message", "") if job.errors else "")
+        Row(
+            job,
+            browser_state(job, now),
+            _last_message(job.errors),
+            letters.get(job.id),
+        )
         for job in jobs
     ]
     return JobPage(rows, next_after, prev_before)
+
+
+def _last_message(errors) -> str:
+    """The last error's message of a row whose errors may have been written by hand."""
+    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+        return str(errors[-1].get("message", ""))
+    return ""
 
 
 @dataclass
@@ -140,6 +157,7 @@ class Attempt:
     number: int
     worker: str | None
     at: str | None
+    duration_ms: float | None  # recorded by workers since issue 15; older entries lack it
     error_class: str
     message: str
     traceback: str
@@ -156,12 +174,16 @@ class JobDetail:
     replayed_from: DeadLetter | None  # the letter whose replay made this job
     replays: list[Job]  # jobs made by replaying this job's letter
     actions: list[JobAction]  # operators' actions on it, newest first
+    last_took_ms: float | None = None  # a done job's last (successful) attempt
 
 
 def detail(pk: int, *, now=None) -> JobDetail:
     """Raises Job.DoesNotExist."""
     now = now or timezone.now()
     job = Job.objects.get(pk=pk)
+    last_took = None
+    if job.state == JobState.DONE and job.finished_at and job.last_attempted_at:
+        last_took = (job.finished_at - job.last_attempted_at).total_seconds() * 1000
     payload = redaction.redact({"args": job.args, "kwargs": job.kwargs})
     letter = (
         DeadLetter.objects.filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
@@ -181,6 +203,9 @@ def detail(pk: int, *, now=None) -> JobDetail:
             number=e.get("attempt", n),
             worker=e.get("worker_id"),
             at=e.get("at"),
+            duration_ms=e.get("duration_ms")
+            if isinstance(e.get("duration_ms"), int | float)
+            else None,
             error_class=e.get("exception_class_path", ""),
             message=e.get("message", ""),
             traceback=e.get("traceback", ""),
@@ -201,6 +226,7 @@ def detail(pk: int, *, now=None) -> JobDetail:
         replayed_from=replayed_from,
         replays=replays,
         actions=list(JobAction.objects.filter(job_id=job.pk).order_by("-at", "-id")[:50]),
+        last_took_ms=last_took,
     )
 
 

@@ -836,6 +836,7 @@ class Worker(Loop):
             message=exception_text(exc),
             traceback=formatted,
             now=now,
+            duration=duration,
         )
         ok = store.fail(job, entry, retry_at=retry_at, now=now, using=self.using)
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}

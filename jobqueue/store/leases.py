@@ -139,11 +139,20 @@ OUTBOX = LeasedTable(
 )
 
 
-def error_entry(row, *, class_path: str, message: str, traceback: str, now: datetime) -> dict:
+def error_entry(
+    row,
+    *,
+    class_path: str,
+    message: str,
+    traceback: str,
+    now: datetime,
+    duration: float | None = None,
+) -> dict:
     """One attempt's error, as both tables and dead letters keep it. A class path goes to a
     255-character column (DeadLetter.error_class) and, like the message, may hold anything (a
-    class made with type()): a failure must always store."""
-    return {
+    class made with type()): a failure must always store. `duration`: how long the handler
+    ran, in seconds, where a worker measured it."""
+    entry = {
         "attempt": row.attempts,
         "at": now.isoformat(),
         "worker_id": row.locked_by,
@@ -151,6 +160,9 @@ def error_entry(row, *, class_path: str, message: str, traceback: str, now: date
         "message": storable_text(message, MAX_MESSAGE_CHARS),
         "traceback": storable_text(traceback, MAX_TRACEBACK_CHARS),
     }
+    if duration is not None:
+        entry["duration_ms"] = round(duration * 1000, 1)
+    return entry
 
 
 def expired_entry(row, now: datetime) -> dict:

@@ -113,3 +113,13 @@ def test_browser_state_splits_ready_rows_by_what_they_wait_for():
     assert jobs.browser_state(JobFactory.build(run_after=later), now) == "scheduled"
     assert jobs.browser_state(JobFactory.build(run_after=later, attempts=1), now) == "retrying"
     assert jobs.browser_state(JobFactory.build(state=JobState.DEAD), now) == "dead"
+
+
+def test_a_dead_job_links_its_letter_and_a_failed_attempt_shows_how_long_it_ran(viewer_client):
+    letter = DeadLetterFactory()
+    job = letter.job
+    job.errors = [{"attempt": 1, "message": "boom", "duration_ms": 12.5, "worker_id": "w:1"}]
+    job.save()
+    listing = viewer_client.get(URL, {"state": "dead"}).content.decode()
+    assert f'href="/deadletters/{letter.pk}/"' in listing
+    assert "after 12.5 ms" in viewer_client.get(f"{URL}{job.pk}/").content.decode()

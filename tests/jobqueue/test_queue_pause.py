@@ -137,3 +137,14 @@ def test_running_workers_skip_a_queue_paused_under_them_and_take_it_again_on_res
         message="the resumed queue's jobs done",
     )
     assert all(p.poll() is None for p in procs)
+
+
+@pytest.mark.django_db
+def test_the_jobs_command_says_which_queues_are_paused():
+    enqueue("mail")
+    store.queues.pause("mail", actor="ana", reason="SMTP down", now=T0)
+    out = run("jobs").out
+    assert "queue mail is PAUSED (by ana: 'SMTP down')" in out
+    listing = run("jobs", "--json")
+    assert all(json.loads(line) for line in listing.out.splitlines())  # stdout stays JSON
+    assert "PAUSED" in listing.err

@@ -107,6 +107,9 @@ def test_permanent_error_dead_letters_at_once():
     letter = DeadLetter.objects.get()
     assert letter.attempts == 1 and letter.last_error == "bad card number"
     assert "PermanentError: bad card number" in letter.traceback
+    # How long the attempt ran is kept with its error (the job page shows it).
+    [entry] = Job.objects.get(pk=letter.job_id).errors
+    assert isinstance(entry["duration_ms"], float) and 0 <= entry["duration_ms"] < 10_000
 
 
 def test_transient_failures_retry_with_backoff_then_dead_letter():

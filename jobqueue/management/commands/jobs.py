@@ -1,5 +1,6 @@
 import json
 
+from jobqueue import store
 from jobqueue.management import cli
 from jobqueue.models import Job, JobState
 
@@ -63,3 +64,9 @@ class Command(cli.Command):
             (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no jobs")
+        # Paused queues explain ready jobs that do not move (on stderr under --json).
+        for queue, pause in store.queues.paused().items():
+            (self.stderr if opts["json"] else self.stdout).write(
+                f"queue {queue} is PAUSED (by {pause.paused_by}: {pause.reason!r}); "
+                f"`manage.py queues resume {queue} …` resumes it"
+            )
