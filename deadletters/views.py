@@ -531,16 +531,8 @@ def job_act(request, pk):
         )
         # To its history, which now lists the change.
         return HttpResponseRedirect(reverse("deadletters:job", args=[pk]) + "#history")
-    else:
-        messages.warning(
-            request,
-            f"Nothing changed: job {pk} is not waiting"
-            + (
-                " for a later time."
-                if action == "run_now"
-                else " (it started, finished or is gone)."
-            ),
-        )
+    why = "for a later time" if action == "run_now" else "(it started, finished or is gone)"
+    messages.warning(request, f"Nothing changed: job {pk} is not waiting {why}.")
     return redirect("deadletters:job", pk=pk)
 
 
