@@ -115,13 +115,19 @@ def check_optional_packages(app_configs=None, **kwargs):
     ]
     if any(str(spec).startswith("rabbitmq:") for spec in routes.values()):
         wanted.append(("rabbitmq", "An outbox route to RabbitMQ"))
-    if _metrics_routed():
-        wanted.append(("metrics", "The /metrics view"))
     return [
         checks.Error(message, id="redrive.E002")
         for part, what in wanted
         if (message := missing_extra(part, what))
     ]
+
+
+@checks.register(checks.Tags.urls)
+def check_metrics_package(app_configs=None, **kwargs):
+    """The /metrics view routed without prometheus_client. A URL check (the web process's):
+    finding the route builds the URLconf, which a worker's start has no use for."""
+    message = _metrics_routed() and missing_extra("metrics", "The /metrics view")
+    return [checks.Error(message, id="redrive.E002")] if message else []
 
 
 def _metrics_routed() -> bool:

@@ -81,8 +81,11 @@ def test_metrics_routed_without_prometheus_names_the_metrics_extra(monkeypatch):
     monkeypatch.setattr(
         checks, "installed", lambda module: module != "prometheus_client" and real(module)
     )
-    found = checks.check_optional_packages()
-    assert "redrive[metrics]" in " ".join(message.msg for message in found)
+    found = checks.check_metrics_package()
+    assert ids(found) == ["redrive.E002"] and "redrive[metrics]" in found[0].msg
+    # A URL check, run with the project's others, not at a worker's start.
+    assert "redrive" not in checks.check_metrics_package.tags
+    assert checks.check_optional_packages() == []
 
 
 def test_an_unconfigured_part_is_not_required(settings, monkeypatch):
@@ -92,6 +95,7 @@ def test_an_unconfigured_part_is_not_required(settings, monkeypatch):
     )
     monkeypatch.setattr(checks, "_metrics_routed", lambda: False)
     assert checks.check_optional_packages() == []
+    assert checks.check_metrics_package() == []
 
 
 @task(timeout=45)
