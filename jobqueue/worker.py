@@ -51,7 +51,7 @@ from jobqueue.errors import (
     classify,
 )
 from jobqueue.listener import Listener
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_lines, logfmt
 from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
@@ -80,11 +80,9 @@ def log_event(event: str, job: Job, level=logging.INFO, **fields):
     _emit(level, text)
 
 
-def log_succeeded(job: Job, duration: float):
+def succeeded_line(job: Job, duration: float) -> str:
     """The line every successful job writes at INFO: built in one f-string."""
-    if logger.isEnabledFor(logging.INFO):
-        line = _job_line("succeeded", job)
-        _emit(logging.INFO, f"{line} duration_ms={duration * 1000:.1f} outcome=ok")
+    return f"{_job_line('succeeded', job)} duration_ms={duration * 1000:.1f} outcome=ok"
 
 
 def _job_line(event: str, job: Job) -> str:
@@ -796,6 +794,7 @@ class Worker(Loop):
         logged = logger.isEnabledFor(logging.INFO)
         self.held.finish_all(held.job.id for held, _ in done)
         minute = now.replace(second=0, microsecond=0)
+        lines = []
         for held, fin in done:
             job = held.job
             if job.id in acked:
@@ -806,11 +805,13 @@ class Worker(Loop):
                     tally.last_success_at = now
                 job.state, job.return_value, job.finished_at = JobState.DONE, fin.value, now
                 if logged:
-                    log_succeeded(job, fin.duration)
+                    lines.append(succeeded_line(job, fin.duration))
                 if announce:
                     self._send_finished(job)
             else:
                 self._lease_lost(job, "acknowledge")
+        # A line per job, written together (jobqueue.logfmt.log_lines).
+        log_lines(logger, logging.INFO, lines)
 
     def _fail(
         self,

@@ -66,3 +66,54 @@ def test_the_event_formatter_writes_what_logging_formatter_writes(created, fmt):
         assert ours.format(record) == theirs.format(record)
     dated = Formatter("%(asctime)s", datefmt="%Y")
     assert dated.format(record) == logging.Formatter("%(asctime)s", datefmt="%Y").format(record)
+
+
+def _logger_with(handler, name):
+    log = logging.Logger(name)
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    return log
+
+
+def test_lines_logged_together_write_what_a_record_per_line_writes():
+    import io
+
+    from jobqueue.logfmt import Formatter, log_lines
+
+    fmt = "%(levelname)s %(name)s %(message)s [end]"
+    together, apart = io.StringIO(), io.StringIO()
+    for stream in (together, apart):
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(Formatter(fmt))
+        stream.log = _logger_with(handler, "jobqueue.worker")
+    lines = ["event=succeeded job_id=1 outcome=ok", 'event=succeeded job_id=2 key="a b"']
+    log_lines(together.log, logging.INFO, lines)
+    for line in lines:
+        apart.log.info(line)
+    assert together.getvalue() == apart.getvalue()
+    assert together.getvalue().count("\n") == 2
+
+
+def test_other_formatters_or_a_filter_get_a_record_per_line():
+    from jobqueue.logfmt import Formatter, log_lines
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    plain = Keep()
+    plain.setFormatter(Formatter("%(message)s"))  # not a stream handler: cannot be batched
+    log_lines(_logger_with(plain, "a"), logging.INFO, ["x=1", "x=2", "x=3"])
+    assert [r.getMessage() for r in plain.records] == ["x=1", "x=2", "x=3"]
+
+    import io
+
+    filtered = logging.StreamHandler(io.StringIO())
+    filtered.setFormatter(Formatter("%(message)s"))
+    filtered.addFilter(lambda record: "2" not in record.getMessage())
+    log_lines(_logger_with(filtered, "b"), logging.INFO, ["x=1", "x=2", "x=3"])
+    assert filtered.stream.getvalue() == "x=1\nx=3\n"
