@@ -10,8 +10,17 @@ from unittest import mock
 from django.core.management import get_commands
 from django.db import connections
 
-from deadletters.models import ReplayItem, ReplayRun, Selection
-from jobqueue.models import DeadLetter, Job, JobCounter, OutboxMessage, WorkerRecord
+from deadletters.models import JobSelection, ReplayItem, ReplayRun, Selection
+from jobqueue.models import (
+    DeadLetter,
+    Job,
+    JobAction,
+    JobCounter,
+    OutboxMessage,
+    PausedQueue,
+    QueueAction,
+    WorkerRecord,
+)
 
 
 @dataclass
@@ -60,6 +69,10 @@ def row_counts() -> dict:
         Selection,
         ReplayRun,
         ReplayItem,
+        PausedQueue,
+        QueueAction,
+        JobAction,
+        JobSelection,
         get_user_model(),
         Group,
     ]

@@ -323,6 +323,36 @@ def test_queuehealth_arguments(argv):
 
 @HYPOTHESIS
 @given(
+    st.one_of(
+        st.sampled_from([["list"], ["list", "--json"], [], ["pause"], ["resume", "mail"]]),
+        st.tuples(
+            st.sampled_from(["pause", "resume", "list", "explode"]),
+            TEXTS,
+            st.sampled_from(["--reason", "--operator", "--json"]),
+            TEXTS,
+            st.sampled_from(["--operator", "--reason"]),
+            st.one_of(st.just("queue-admin"), TEXTS),
+        ).map(list),
+    )
+)
+def test_queues_arguments(argv):
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import UserFactory
+
+    admin, _ = UserFactory._meta.model.objects.get_or_create(username="queue-admin")
+    admin.user_permissions.add(Permission.objects.get(codename="pause_queue"))
+    before = row_counts()
+    result = run("queues", *argv)
+    assert result.code in (0, 2), result
+    assert "Traceback" not in result.err, result.err
+    if result.code == 2:
+        assert result.refused_cleanly, result
+        assert row_counts() == before, argv
+
+
+@HYPOTHESIS
+@given(
     options(
         {"--older-than": NUMBERS, "--counters-older-than": NUMBERS,
          "--workers-lost-for": st.one_of(NUMBERS, INTEGERS)}
