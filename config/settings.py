@@ -207,6 +207,18 @@ def _env(name, default, kind=str):
         ) from None
 
 
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_flag.__name__ = "flag (1/0, true/false, yes/no, on/off)"
+
+
 def _env_list(name, default):
     return [item.strip() for item in _env(name, default).split(",") if item.strip()]
 
@@ -226,6 +238,8 @@ REDRIVE = {
     "LEASE_SECONDS": _env("JOBQUEUE_LEASE_SECONDS", 30.0, float),
     "POLL_INTERVAL": _env("JOBQUEUE_POLL_INTERVAL", 1.0, float),
     "LOCK_TIMEOUT": _env("JOBQUEUE_LOCK_TIMEOUT", 5.0, float),
+    # Off behind a pooler in transaction mode that cannot keep prepared statements.
+    "PREPARED_STATEMENTS": _env("JOBQUEUE_PREPARED_STATEMENTS", True, _flag),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
     # Transactional outbox: routes, destinations, subscribers, as JSON (jobqueue/outbox.py).

@@ -28,6 +28,10 @@ DEFAULTS = {
     "MAX_PAYLOAD_BYTES": 1_000_000,
     # PostgreSQL: how long a worker's claim waits on a lock before giving up and retrying.
     "LOCK_TIMEOUT": 5.0,
+    # PostgreSQL: run the queue's hot statements (claim, acknowledge, heartbeat, a single
+    # enqueue) as prepared statements. Off for a pooler in transaction mode that cannot keep
+    # them (PgBouncer before 1.21, or without max_prepared_statements).
+    "PREPARED_STATEMENTS": True,
     # Health: a worker whose record is not refreshed for this long shows as lost; `prune`
     # removes records of workers lost for longer than its --workers-lost-for.
     "WORKER_LOST_AFTER": 60.0,

@@ -353,3 +353,21 @@ def test_checked_json_is_stored_as_given_not_encoded_again():
     checked = store.CheckedJSON(store.storable_json({"ok": [1, 2]}))
     assert store.storable_json(checked) is checked
     assert store.storable_json("plain") == '"plain"'
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepared", [True, False])
+def test_hot_statements_run_prepared_unless_turned_off(settings, prepared):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    settings.REDRIVE = {**settings.REDRIVE, "PREPARED_STATEMENTS": prepared}
+    connection.close()  # a fresh session: its prepared statements are only ours
+    enqueue()
+    [job] = claim(timezone.now(), lease=30)
+    assert store.acknowledge([(job, {"ok": True})]) == {job.pk}
+    assert Job.objects.get(pk=job.pk).return_value == {"ok": True}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert (cursor.fetchone()[0] >= 3) is prepared
