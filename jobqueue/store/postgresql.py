@@ -3,8 +3,6 @@
 import json
 import re
 
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
 from jobqueue.conf import setting
 from jobqueue.models import Job, OutboxMessage
 
@@ -122,11 +120,14 @@ def fetch(connection, sql, params) -> list[tuple]:
     they run prepared (server-side binding, psycopg names and caches them per connection),
     with Django's own checks before and its error translation around.
     """
+    # Imported here: an install without the postgres extra imports this module too.
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
     if not setting("PREPARED_STATEMENTS") or not is_psycopg3:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
-    import psycopg  # here: an install without the postgres extra imports this module too
+    import psycopg
 
     connection.ensure_connection()
     connection.validate_no_broken_transaction()
