@@ -16,10 +16,14 @@ def logfmt(value) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def log_line(log: logging.Logger, level: int, event: str, **fields):
+def line_text(event: str, **fields) -> str:
     """One logfmt line, greppable and parseable: event=… key=value …"""
+    return " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items())
+
+
+def log_line(log: logging.Logger, level: int, event: str, **fields):
     if log.isEnabledFor(level):
-        log.log(level, " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items()))
+        log.log(level, line_text(event, **fields))
 
 
 class Formatter(logging.Formatter):

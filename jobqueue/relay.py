@@ -40,7 +40,7 @@ from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
 from jobqueue.listener import Listener
-from jobqueue.logfmt import log_line, logfmt
+from jobqueue.logfmt import line_text, log_lines, logfmt
 from jobqueue.loop import FaultPoints, Loop, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
@@ -56,9 +56,12 @@ fault_point = FaultPoints(
 
 def log_event(event: str, message: OutboxMessage, level=logging.INFO, **fields):
     """One line per message event: event=… message_id=… topic=… key=… attempt=…"""
-    log_line(
-        logger,
-        level,
+    if logger.isEnabledFor(level):
+        logger.log(level, event_text(event, message, **fields))
+
+
+def event_text(event: str, message: OutboxMessage, **fields) -> str:
+    return line_text(
         event,
         message_id=message.pk,
         topic=message.topic,
@@ -361,14 +364,20 @@ class Relay(Loop):
         self._report_marked(succeeded, marked, spec)
 
     def _report_marked(self, messages, marked, spec):
+        logged = logger.isEnabledFor(logging.INFO)
+        lines = []
         for message in messages:
             if message.pk in marked:
                 self.stats.published += 1
-                log_event("published", message, destination=spec, relay=self.relay_id)
+                if logged:
+                    lines.append(
+                        event_text("published", message, destination=spec, relay=self.relay_id)
+                    )
             else:
                 # Published, but another relay now owns it and will publish it again with the
                 # same message id: consumers deduplicate.
                 self._lease_lost(message, "mark")
+        log_lines(logger, logging.INFO, lines)  # a line per message, written together
 
     def _settle_failure(self, message, exc: BaseException, formatted: str, publisher):
         now = self.clock()
