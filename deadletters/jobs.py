@@ -15,6 +15,7 @@ from django.utils import timezone
 from jobqueue.models import DeadLetter, Job, JobAction, JobState
 
 from . import conf, redaction
+from .selectors import SelectionTooLarge
 
 # The browser's states: the table's `ready` split by what the job waits for.
 STATES = {
@@ -89,12 +90,7 @@ class Row:
     state: str
     last_error: str
     letter_id: int | None = None  # a dead job's letter
-
-    @property
-    def running_for(self) -> float | None:
-        if self.job.state != JobState.RUNNING or not self.job.last_attempted_at:
-            return None
-        return max(0.0, (timezone.now() - self.job.last_attempted_at).total_seconds())
+    running_for: float | None = None  # seconds, for a running job
 
 
 @dataclass
@@ -139,10 +135,17 @@ def page(f: JobFilter, *, after=None, before=None, size=None, now=None) -> JobPa
             browser_state(job, now),
             _last_message(job.errors),
             letters.get(job.id),
+            _running_for(job, now),
         )
         for job in jobs
     ]
     return JobPage(rows, next_after, prev_before)
+
+
+def _running_for(job: Job, now: datetime) -> float | None:
+    if job.state != JobState.RUNNING or not job.last_attempted_at:
+        return None
+    return max(0.0, (now - job.last_attempted_at).total_seconds())
 
 
 def _last_message(errors) -> str:
@@ -236,8 +239,6 @@ def _pretty(value) -> str:
 
 def matching_ids(f: JobFilter, cap: int, now=None) -> list[int]:
     """The ids "select all matching" means, newest first; SelectionTooLarge past `cap`."""
-    from .selectors import SelectionTooLarge
-
     ids = list(
         filtered(f, now or timezone.now()).order_by("-id").values_list("id", flat=True)[: cap + 1]
     )

@@ -22,9 +22,9 @@ from jobqueue.models import (
     Job,
     JobCounter,
     JobState,
-    PausedQueue,
     WorkerRecord,
 )
+from jobqueue.store import queues
 
 
 def count_pending_dead_letters() -> dict[tuple[str, str], int]:
@@ -202,8 +202,8 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
         )
 
     paused = {
-        p.queue_name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
-        for p in PausedQueue.objects.order_by("queue_name")
+        name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
+        for name, p in queues.paused().items()
     }
     for r in rows.values():
         r.paused = r.queue in paused

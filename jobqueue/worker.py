@@ -77,7 +77,7 @@ def log_event(event: str, job: Job, level=logging.INFO, **fields):
     text = _job_line(event, job)
     if fields:
         text += " " + " ".join(f"{k}={logfmt(v)}" for k, v in fields.items())
-    _emit(level, text)
+    logger.log(level, text)
 
 
 def succeeded_line(job: Job, duration: float) -> str:
@@ -92,12 +92,6 @@ def _job_line(event: str, job: Job) -> str:
         f"queue={_logfmt_name(job.queue_name)} key={'-' if key is None else logfmt(key)} "
         f"attempt={job.attempts}"
     )
-
-
-def _emit(level: int, text: str):
-    """Logger.log without its caller lookup (a stack walk per line): every job line comes from
-    this module. Handlers, filters and formatters see the same record either way."""
-    logger.handle(logger.makeRecord(logger.name, level, __file__, 0, text, None, None, "log_event"))
 
 
 # Task paths and queue names repeat on every line: escaped once each (bounded, as a row may hold
@@ -150,9 +144,10 @@ class LeaseTable(Mapping):
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, job: Job) -> None:
+    def hold(self, *jobs: Job) -> None:
         with self._lock:
-            self._held[job.id] = Held(job)
+            for job in jobs:
+                self._held[job.id] = Held(job)
 
     def start(
         self, job: Job, thread: threading.Thread | None, *, handback: Callable | None = None
@@ -417,13 +412,13 @@ class Worker(Loop):
             self.wake.wait(SETTLE_INTERVAL if progressed else self._idle_timeout())
 
     def _step(self) -> bool:
+        """Housekeeping, then a claim if the inbox is low; True if it claimed anything."""
         self._revive_handlers()
-        progressed = False
         self._record_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
         if self.stopping:
-            return progressed
+            return False
         # Asked here, once per step, rather than by handlers once per job.
         self._announce_start = wants(task_started, log_task_started)
         window = self.concurrency + self._prefetch_window()
@@ -472,12 +467,12 @@ class Worker(Loop):
                     (time.monotonic() - claim_started) * 1000,
                     _IdList(jobs),
                 )
+            self.held.hold(*jobs)
             for job in jobs:
-                self.held.hold(job)
                 self.inbox.put(job)
             self.stats.claimed += len(jobs)
-            progressed = progressed or bool(jobs)
-        return progressed
+            return bool(jobs)
+        return False
 
     def _revive_handlers(self):
         """A handler thread that died (a bug, not a job failure: those are caught) would leave

@@ -196,6 +196,30 @@ def _with_subparsers(parser):
                 yield from _with_subparsers(sub)
 
 
+def operator_name(value: str) -> str:
+    """An argparse type: a username as the user model bounds it (--operator)."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    return text(User._meta.get_field(User.USERNAME_FIELD).max_length)(value)
+
+
+def operator(username: str, *permissions: str):
+    """The active user an audited command acts for, holding every one of `permissions`; a
+    usage error naming the first one missing otherwise."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    try:
+        user = User.objects.get(**{User.USERNAME_FIELD: username})
+    except User.DoesNotExist:
+        raise usage_error(f"No user {username!r}") from None
+    missing = [p for p in permissions if not user.has_perm(p)]
+    if not user.is_active or missing:
+        raise usage_error(f"{username} lacks {(missing or permissions)[0]}.")
+    return user
+
+
 def more_rows(count: int) -> str:
     """The line a listing ends with when it stopped at its limit."""
     return f"… {count} more; use --limit"

@@ -16,10 +16,9 @@ from django.utils import timezone
 from jobqueue.models import Job, JobAction, JobState
 
 from . import dialects
-from .payloads import storable_text
+from .payloads import operator_action
 
 CHUNK = 500
-MAX_REASON_CHARS = 2_000
 
 
 def run_now(
@@ -37,12 +36,8 @@ def cancel(
 
 
 def _apply(action, ids, actor, reason, now, using) -> list[int]:
-    if not isinstance(reason, str) or not reason.strip():
-        raise ValueError("say why: a reason is required")
-    if not isinstance(actor, str) or not actor.strip():
-        raise ValueError("the operator's name is required")
-    actor = storable_text(actor.strip(), JobAction._meta.get_field("actor").max_length)
-    reason = storable_text(reason.strip(), MAX_REASON_CHARS)
+    actor_chars = JobAction._meta.get_field("actor").max_length
+    actor, reason = operator_action(actor, reason, actor_chars=actor_chars)
     now = now or timezone.now()
     ids = sorted({int(i) for i in ids})
     changed: list[int] = []

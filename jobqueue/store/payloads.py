@@ -103,3 +103,18 @@ def storable_text(text: str, limit: int) -> str:
         text = f"[{len(text) - keep} characters cut]\n" + text[len(text) - keep :]
         text = text[-limit:] if len(text) > limit else text
     return text
+
+
+MAX_REASON_CHARS = 2_000
+
+
+def operator_action(actor, reason, *, actor_chars: int) -> tuple[str, str]:
+    """Who acts and why, as an audit row stores them: both required, bounded, storable."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("say why: a reason is required")
+    if not isinstance(actor, str) or not actor.strip():
+        raise ValueError("the operator's name is required")
+    return (
+        storable_text(actor.strip(), actor_chars),
+        storable_text(reason.strip(), MAX_REASON_CHARS),
+    )

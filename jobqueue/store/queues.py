@@ -13,25 +13,15 @@ from django.utils import timezone
 
 from jobqueue.models import PausedQueue, QueueAction
 
-from .payloads import storable_text
-
-MAX_REASON_CHARS = 2_000
+from .payloads import operator_action
 
 
 def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
     limit = PausedQueue._meta.get_field("queue_name").max_length
     if not isinstance(queue, str) or not queue.strip() or len(queue) > limit:
         raise ValueError(f"a queue name is 1 to {limit} characters")
-    if not isinstance(reason, str) or not reason.strip():
-        raise ValueError("say why: a reason is required")
-    actor_limit = PausedQueue._meta.get_field("paused_by").max_length
-    if not isinstance(actor, str) or not actor.strip():
-        raise ValueError("the operator's name is required")
-    return (
-        queue,
-        storable_text(actor.strip(), actor_limit),
-        storable_text(reason.strip(), MAX_REASON_CHARS),
-    )
+    actor_chars = PausedQueue._meta.get_field("paused_by").max_length
+    return (queue, *operator_action(actor, reason, actor_chars=actor_chars))
 
 
 def pause(

@@ -3,7 +3,6 @@
 import argparse
 import json
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from deadletters import conf, redaction, selectors, services
@@ -35,12 +34,6 @@ def rate(text):
         return conf.validate_replay_rate(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def operator_name(text):
-    User = get_user_model()
-    field = User._meta.get_field(User.USERNAME_FIELD)
-    return cli.text(field.max_length)(text)
 
 
 class Command(cli.Command):
@@ -82,7 +75,10 @@ class Command(cli.Command):
             )
             act.add_argument("--reason", type=cli.text(), required=True)
             act.add_argument(
-                "--operator", type=operator_name, required=True, help="Username the audit names."
+                "--operator",
+                type=cli.operator_name,
+                required=True,
+                help="Username the audit names.",
             )
             act.add_argument("--dry-run", action="store_true", help="Print the preview only.")
             if name == "replay":
@@ -157,7 +153,7 @@ class Command(cli.Command):
         if opts["reveal"]:
             if not opts["operator"]:
                 raise usage_error("--reveal needs --operator NAME (the reveal is audited).")
-            operator = self._operator(opts["operator"], redaction.REVEAL_PERMISSION)
+            operator = cli.operator(opts["operator"], VIEW, redaction.REVEAL_PERMISSION)
         try:
             d = selectors.detail(opts["id"], redacted=operator is None)
         except DeadLetter.DoesNotExist:
@@ -209,7 +205,7 @@ class Command(cli.Command):
     def _act(self, action, opts):
         """Every check comes before the preview is printed and before anything is written; the
         selection and its run are written together or not at all."""
-        operator = self._operator(opts["operator"], ACTION_PERMISSION[action])
+        operator = cli.operator(opts["operator"], VIEW, ACTION_PERMISSION[action])
         allow_poisoned = opts.get("allow_poisoned", False)
         if allow_poisoned and not operator.has_perm(POISON):
             raise usage_error(f"{operator} may not replay items past the poison limit.")
@@ -280,13 +276,3 @@ class Command(cli.Command):
             f"run {run.pk} {run.state}: {run.done} {action}ed, {run.skipped} skipped "
             f"in {run.batches} batch(es)"
         )
-
-    def _operator(self, username, permission):
-        User = get_user_model()
-        try:
-            user = User.objects.get(**{User.USERNAME_FIELD: username})
-        except User.DoesNotExist:
-            raise usage_error(f"No user {username!r}") from None
-        if not (user.is_active and user.has_perm(VIEW) and user.has_perm(permission)):
-            raise usage_error(f"{username} lacks {permission}.")
-        return user

@@ -1,19 +1,11 @@
 import json
 
-from django.contrib.auth import get_user_model
-from django.db.models import Count, Q
-from django.utils import timezone
-
 from jobqueue import store
+from jobqueue.health import snapshot
 from jobqueue.management import cli
-from jobqueue.models import Job, JobState, PausedQueue
+from jobqueue.models import PausedQueue
 
 PERMISSION = "jobqueue.pause_queue"
-
-
-def operator_name(text):
-    User = get_user_model()
-    return cli.text(User._meta.get_field(User.USERNAME_FIELD).max_length)(text)
 
 
 class Command(cli.Command):
@@ -32,7 +24,7 @@ class Command(cli.Command):
             )
             each.add_argument(
                 "--operator",
-                type=operator_name,
+                type=cli.operator_name,
                 required=True,
                 help=f"Username the audit names; needs {PERMISSION}.",
             )
@@ -40,7 +32,7 @@ class Command(cli.Command):
     def handle(self, *args, **opts):
         if opts["command"] == "list":
             return self._list(opts["json"])
-        operator = self._operator(opts["operator"])
+        operator = cli.operator(opts["operator"], PERMISSION).get_username()
         change = store.queues.pause if opts["command"] == "pause" else store.queues.resume
         try:
             changed = change(opts["queue"], actor=operator, reason=opts["reason"])
@@ -52,28 +44,23 @@ class Command(cli.Command):
         )
 
     def _list(self, as_json):
-        now = timezone.now()
+        # The health snapshot's figures, summed per queue (it counts by queue and task).
+        health = snapshot()
+        live: dict[str, dict] = {}
+        for row in health.rows:
+            figures = live.setdefault(row.queue, {"ready": 0, "scheduled": 0, "running": 0})
+            figures["ready"] += row.ready
+            figures["scheduled"] += row.scheduled
+            figures["running"] += row.running + row.expired
         paused = store.queues.paused()
-        live = {
-            r["queue_name"]: r
-            for r in Job.objects.filter(state__in=[JobState.READY, JobState.RUNNING])
-            .values("queue_name")
-            .annotate(
-                ready=Count("id", filter=Q(state=JobState.READY, run_after__lte=now)),
-                scheduled=Count("id", filter=Q(state=JobState.READY, run_after__gt=now)),
-                running=Count("id", filter=Q(state=JobState.RUNNING)),
-            )
-        }
-        names = sorted(set(live) | set(paused))
+        names = sorted({q for q, f in live.items() if any(f.values())} | set(paused))
         for name in names:
             figures = live.get(name, {"ready": 0, "scheduled": 0, "running": 0})
             pause = paused.get(name)
             row = {
                 "queue": name,
                 "paused": pause is not None,
-                "ready": figures["ready"],
-                "scheduled": figures["scheduled"],
-                "running": figures["running"],
+                **figures,
                 "paused_by": pause.paused_by if pause else None,
                 "paused_at": pause.paused_at.isoformat() if pause else None,
                 "reason": pause.reason if pause else None,
@@ -88,13 +75,3 @@ class Command(cli.Command):
                 )
         if not names and not as_json:
             self.stdout.write("no queues with live jobs, none paused")
-
-    def _operator(self, username) -> str:
-        User = get_user_model()
-        try:
-            user = User.objects.get(**{User.USERNAME_FIELD: username})
-        except User.DoesNotExist:
-            raise cli.usage_error(f"No user {username!r}") from None
-        if not (user.is_active and user.has_perm(PERMISSION)):
-            raise cli.usage_error(f"{username} lacks {PERMISSION}.")
-        return username
