@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskResult, TaskResultStatus
@@ -29,7 +29,6 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import log_task_enqueued, task_enqueued
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from jobqueue import store
@@ -73,6 +72,8 @@ STATUS = {
     JobState.RUNNING: TaskResultStatus.RUNNING,
     JobState.DONE: TaskResultStatus.SUCCESSFUL,
     JobState.DEAD: TaskResultStatus.FAILED,
+    # Django's statuses have no "cancelled": the task did not succeed and never will.
+    JobState.CANCELLED: TaskResultStatus.FAILED,
 }
 
 
@@ -114,25 +115,30 @@ class DatabaseBackend(BaseTaskBackend):
         given or not at all)."""
         if not validated:
             self.validate_task(task)
+        return self._new_job(self._row_fields(task), policy("MAX_PAYLOAD_BYTES"), args, kwargs)
+
+    def _row_fields(self, task) -> dict:
+        """What every row of one task has in common, read from the task and settings once."""
+        return {
+            "task_path": task.module_path,
+            "queue_name": task.queue_name,
+            "priority": task.priority,
+            "run_after": task.run_after,
+            "idempotency_key": getattr(task, "idempotency_key", None),
+            "max_attempts": getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
+            "backend": self.alias,
+        }
+
+    @staticmethod
+    def _new_job(fields: dict, limit: int, args, kwargs) -> store.NewJob:
         try:
-            args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-            encoded = store.check_payload(args, kwargs)
-        except (TypeError, ValueError) as exc:
+            args, kwargs = store.normalized(list(args)), store.normalized(dict(kwargs))
+            encoded = store.check_payload(args, kwargs, limit)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidArguments(
                 f"Task arguments must be JSON-serialisable and storable: {exc}"
             ) from exc
-        return store.NewJob(
-            task_path=task.module_path,
-            args=args,
-            kwargs=kwargs,
-            queue_name=task.queue_name,
-            priority=task.priority,
-            run_after=task.run_after,
-            idempotency_key=getattr(task, "idempotency_key", None),
-            max_attempts=getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
-            backend=self.alias,
-            encoded=encoded,
-        )
+        return store.NewJob(args=args, kwargs=kwargs, encoded=encoded, **fields)
 
     def enqueue(self, task, args, kwargs):
         job, created = store.enqueue(self.new_job(task, args, kwargs), using=self.database)
@@ -141,20 +147,20 @@ class DatabaseBackend(BaseTaskBackend):
             task_enqueued.send(type(self), task_result=result)
         return result
 
-    def enqueue_many(self, task, calls: Iterable[tuple[Iterable, dict]]) -> list[TaskResult]:
-        """Bulk enqueue one task with many argument sets, in one transaction.
+    def enqueue_many(self, task, calls: Iterable[tuple[Iterable, dict]]) -> EnqueuedResults:
+        """Bulk enqueue one task with many argument sets, in one transaction: a result per call,
+        in call order (each TaskResult is built when first read).
 
         backend.enqueue_many(send_receipt, [((1,), {}), ((2,), {})])
         """
         self.validate_task(task)
-        news = [self.new_job(task, args, kwargs, validated=True) for args, kwargs in calls]
-        results = []
-        signal = wants(task_enqueued, log_task_enqueued)
-        for job, created in store.enqueue_many(news, using=self.database):
-            result = self.result_for(job, task, as_enqueued=created)
-            if created and signal:
-                task_enqueued.send(type(self), task_result=result)
-            results.append(result)
+        fields, limit = self._row_fields(task), policy("MAX_PAYLOAD_BYTES")
+        news = [self._new_job(fields, limit, args, kwargs) for args, kwargs in calls]
+        results = EnqueuedResults(self, task, store.enqueue_many(news, using=self.database))
+        if wants(task_enqueued, log_task_enqueued):
+            for result, (_, created) in zip(results, results.outcomes, strict=True):
+                if created:
+                    task_enqueued.send(type(self), task_result=result)
         return results
 
     def get_result(self, result_id):
@@ -183,7 +189,7 @@ class DatabaseBackend(BaseTaskBackend):
             task = replace(
                 task, queue_name=job.queue_name, priority=job.priority, run_after=deferred
             )
-        result = TaskResult(
+        result = task_result(
             task=task,
             id=str(job.pk),
             status=STATUS[job.state],
@@ -203,6 +209,61 @@ class DatabaseBackend(BaseTaskBackend):
         if job.state == JobState.DONE:
             object.__setattr__(result, "_return_value", job.return_value)
         return result
+
+
+class EnqueuedResults(Sequence):
+    """What enqueue_many returns: one TaskResult per call, in call order, each built on first
+    read. Most bulk callers count the results or drop them, and building a thousand
+    TaskResults cost as much as writing the thousand rows. Compares equal to a list of the
+    same results."""
+
+    __slots__ = ("_backend", "_built", "_task", "outcomes")
+
+    def __init__(self, backend, task, outcomes: list[tuple[Job, bool]]):
+        self._backend, self._task, self.outcomes = backend, task, outcomes
+        self._built: list[TaskResult | None] = [None] * len(outcomes)
+
+    def __len__(self) -> int:
+        return len(self.outcomes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        result = self._built[index]
+        if result is None:
+            job, created = self.outcomes[index]
+            result = self._built[index] = self._backend.result_for(
+                job, self._task, as_enqueued=created
+            )
+        return result
+
+    def __eq__(self, other):
+        if isinstance(other, EnqueuedResults | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+_RESULT_FIELDS = frozenset(f.name for f in fields(TaskResult) if f.init)
+
+
+def task_result(**values) -> TaskResult:
+    """TaskResult(**values) for arguments a row holds, which are already in normalize_json's
+    form (the enqueue normalised them; a database read decodes JSON): the constructor's
+    __post_init__ would walk both again, and for a bulk enqueue that cost as much as the rest
+    of building the result. Every init field must be given (TypeError otherwise, as the
+    constructor would raise); tests/jobqueue/test_backend.py compares with the constructor."""
+    if values.keys() != _RESULT_FIELDS:
+        raise TypeError(f"task_result() needs exactly {sorted(_RESULT_FIELDS)}")
+    result = object.__new__(TaskResult)
+    for name, value in values.items():
+        object.__setattr__(result, name, value)
+    object.__setattr__(result, "_return_value", None)
+    return result
 
 
 def load_task(path: str) -> DjangoTask:

@@ -36,7 +36,6 @@ from django.tasks.signals import (
     task_started,
 )
 from django.utils import timezone
-from django.utils.json import normalize_json
 
 from jobqueue import store
 from jobqueue.backend import DatabaseBackend, load_task, wants
@@ -59,7 +58,6 @@ from jobqueue.store.postgresql import NOTIFY_CHANNEL
 logger = logging.getLogger("jobqueue.worker")
 MAX_PREFETCH = 200
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
-JSON_SCALARS = frozenset({str, int, float, bool, type(None)})  # normalize_json leaves them be
 MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
 # Seconds a finished job may wait for its acknowledgement while handlers stay busy.
 SETTLE_INTERVAL = 0.02
@@ -616,8 +614,7 @@ class Worker(Loop):
             else:
                 value = task.call(*job.args, **job.kwargs)
             try:
-                if type(value) not in JSON_SCALARS:
-                    value = normalize_json(value)
+                value = store.normalized(value)
                 stored = store.CheckedJSON(store.storable_json(value, "the return value"))
             except (TypeError, ValueError) as exc:
                 # Recorded as raised (as Django's backends record the TypeError from converting

@@ -48,6 +48,7 @@ from .payloads import (
     CheckedJSON,
     check_payload,
     dumps,
+    normalized,
     storable_json,
     storable_text,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "fail",
     "forget_worker",
     "job_actions",
+    "normalized",
     "prune_finished_jobs",
     "queues",
     "record_worker",

@@ -117,35 +117,55 @@ def _job_from(n: NewJob, now: datetime) -> Job:
     """The Job a new row will be, built without Model.__init__: for a bulk enqueue its
     per-field defaults and init signals cost more than the INSERT. Every column is set here
     (tests/jobqueue/test_store.py checks the list against the model's fields)."""
+    row = _NEW_ROW.copy()  # copying a built dict costs a third of building one this size
+    row["_state"] = ModelState()
+    row["task_path"] = n.task_path
+    row["args"] = list(n.args)
+    row["kwargs"] = dict(n.kwargs)
+    row["queue_name"] = n.queue_name
+    row["priority"] = n.priority
+    row["backend"] = n.backend
+    row["idempotency_key"] = n.idempotency_key
+    row["run_after"] = n.run_after or now
+    row["max_attempts"] = n.max_attempts
+    row["enqueued_at"] = now
+    row["worker_ids"] = []
+    row["errors"] = []
+    row["encoded_payload"] = n.encoded or check_payload(n.args, n.kwargs)
     job = Job.__new__(Job)
-    job._state = ModelState()
-    job.__dict__.update(
-        id=None,
-        task_path=n.task_path,
-        args=list(n.args),
-        kwargs=dict(n.kwargs),
-        queue_name=n.queue_name,
-        priority=n.priority,
-        backend=n.backend,
-        idempotency_key=n.idempotency_key,
-        state=JobState.READY,
-        run_after=n.run_after or now,
-        attempts=0,
-        max_attempts=n.max_attempts,
-        lease_token=None,
-        locked_until=None,
-        locked_by=None,
-        worker_ids=[],
-        enqueued_at=now,
-        started_at=None,
-        last_attempted_at=None,
-        finished_at=None,
-        errors=[],
-        return_value=None,
-        replayed_from_id=None,
-    )
-    job.encoded_payload = n.encoded or check_payload(job.args, job.kwargs)
+    job.__dict__ = row
     return job
+
+
+_NEW_ROW = dict.fromkeys(
+    [
+        "_state",
+        "id",
+        "task_path",
+        "args",
+        "kwargs",
+        "queue_name",
+        "priority",
+        "backend",
+        "idempotency_key",
+        "state",
+        "run_after",
+        "attempts",
+        "max_attempts",
+        "lease_token",
+        "locked_until",
+        "locked_by",
+        "worker_ids",
+        "enqueued_at",
+        "started_at",
+        "last_attempted_at",
+        "finished_at",
+        "errors",
+        "return_value",
+        "replayed_from_id",
+        "encoded_payload",
+    ]
+) | {"state": JobState.READY, "attempts": 0}
 
 
 def claim(

@@ -143,21 +143,25 @@ def fetch(connection, sql, params) -> list[tuple]:
 
 def rows_json(jobs) -> str:
     """The chunk's rows as a JSON array for INSERT_MANY. Payloads go in as the JSON text
-    check_payload made; the few distinct strings (task, queue, backend) are encoded once."""
-    encoded: dict[str, str] = {}
+    check_payload made; what rows share (a bulk enqueue is one task: same task, queue, backend,
+    priority, time and budget) is encoded once."""
+    shared: dict[tuple, str] = {}
 
-    def text(value: str) -> str:
-        if value not in encoded:
-            encoded[value] = json.dumps(value)
-        return encoded[value]
+    def head(j) -> str:
+        key = (j.task_path, j.queue_name, j.priority, j.backend, j.run_after, j.max_attempts)
+        text = shared.get(key)
+        if text is None:
+            text = shared[key] = (
+                f'{{"t":{json.dumps(j.task_path)},"q":{json.dumps(j.queue_name)},'
+                f'"p":{int(j.priority)},"b":{json.dumps(j.backend)},'
+                f'"r":"{j.run_after.isoformat()}","m":{int(j.max_attempts)},'
+            )
+        return text
 
     return (
         "["
         + ",".join(
-            f'{{"t":{text(j.task_path)},"q":{text(j.queue_name)},"p":{int(j.priority)},'
-            f'"b":{text(j.backend)},"a":{j.encoded_payload[0]},"k":{j.encoded_payload[1]},'
-            f'"r":"{j.run_after.isoformat()}","m":{int(j.max_attempts)}}}'
-            for j in jobs
+            f'{head(j)}"a":{j.encoded_payload[0]},"k":{j.encoded_payload[1]}}}' for j in jobs
         )
         + "]"
     )

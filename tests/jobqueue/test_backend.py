@@ -9,7 +9,9 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
+from jobqueue import store
 from jobqueue.backend import Task
+from jobqueue.errors import InvalidArguments
 from jobqueue.models import Job, JobState
 from tests import tasks
 
@@ -108,3 +110,54 @@ def test_bulk_enqueue_deduplicates_keys():
 def test_invalid_policy_is_rejected_at_definition():
     with pytest.raises(InvalidTask):
         Task(func=tasks.noop.func, max_attempts=0)
+
+
+def test_bulk_results_are_built_on_read_and_equal_what_get_result_reads_back():
+    backend = task_backends["default"]
+    results = backend.enqueue_many(tasks.add, [((n,), {"b": n}) for n in range(5)])
+    assert results._built == [None] * 5  # nothing built until read
+    read_back = [backend.get_result(job.pk) for job, _ in results.outcomes]
+    assert [(r.id, r.args, r.kwargs, r.status) for r in results] == [
+        (r.id, r.args, r.kwargs, r.status) for r in read_back
+    ]
+    assert results[-1] is results[4] and results[1:3] == [results[1], results[2]]
+    assert results == list(results) and results != list(results)[:4]
+    with pytest.raises(IndexError):
+        results[5]
+
+
+def test_bulk_results_are_built_at_once_for_an_enqueued_signal_receiver():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        results = task_backends["default"].enqueue_many(tasks.noop, [((1,), {}), ((2,), {})])
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [r.id for r in results]
+
+
+def test_a_cancelled_job_reads_back_as_failed():
+    result = tasks.noop.enqueue(1)
+    store.job_actions.cancel([int(result.id)], actor="ana", reason="not needed")
+    read = task_backends["default"].get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED and read.is_finished
+    with pytest.raises(ValueError, match="failed"):
+        _ = read.return_value
+
+
+def test_arguments_nested_past_recursion_or_circular_are_refused_and_nothing_is_written():
+    circular = []
+    circular.append(circular)
+    deep = []
+    for _ in range(100_000):
+        deep = [deep]
+    for value in (circular, deep):
+        with pytest.raises(InvalidArguments, match="JSON"):
+            tasks.noop.enqueue(value)
+        with pytest.raises(InvalidArguments, match="JSON"):
+            task_backends["default"].enqueue_many(tasks.noop, [((1,), {}), ((value,), {})])
+    assert not Job.objects.exists()
