@@ -98,15 +98,16 @@ def reset(conn: psycopg.Connection):
     conn.execute("VACUUM ANALYZE jobqueue_job")
 
 
-def load(conn: psycopg.Connection, n: int):
-    """Put n due no-op jobs in the table with COPY, then vacuum so every run starts alike."""
+def load(conn: psycopg.Connection, n: int, ordering_keys: int = 0):
+    """Put n due no-op jobs in the table with COPY, then vacuum so every run starts alike.
+    ordering_keys: spread them over that many per-key ordering lines ("block"), round robin."""
     reset(conn)
     now = datetime.now(UTC) - timedelta(seconds=1)
-    with conn.cursor() as cur:
-        copy_sql = f"COPY jobqueue_job ({COLUMNS}) FROM STDIN"
-        with cur.copy(copy_sql) as copy:
-            for _ in range(n):
-                copy.write_row(copy_row(now))
+    columns = COLUMNS + (", ordering_key, ordering_on_dead" if ordering_keys else "")
+    with conn.cursor() as cur, cur.copy(f"COPY jobqueue_job ({columns}) FROM STDIN") as copy:
+        for i in range(n):
+            row = copy_row(now)
+            copy.write_row((*row, f"line:{i % ordering_keys}", "block") if ordering_keys else row)
     conn.execute("VACUUM ANALYZE jobqueue_job")
 
 
@@ -305,14 +306,21 @@ def floor_drain(n: int, processes: int = 2) -> dict:
 
 
 def run_workers(
-    n: int, *, processes: int, concurrency: int, level: str, timeout: float, rss_at=()
+    n: int,
+    *,
+    processes: int,
+    concurrency: int,
+    level: str,
+    timeout: float,
+    rss_at=(),
+    ordering_keys: int = 0,
 ) -> dict:
     """`processes` x `runworker --concurrency C --burst` on n loaded jobs, at a log level (lines
     to /dev/null). The rate counts from spawning the workers, start-up included, as the shared
     bench does; `steady` from the first job's start. rss_at: done counts at which to read the
     first worker's resident memory."""
     with raw() as conn:
-        load(conn, n)
+        load(conn, n, ordering_keys)
     cmd = [
         sys.executable, "manage.py", "runworker", "--concurrency", str(concurrency), "--burst"
     ]  # fmt: skip
@@ -405,6 +413,13 @@ def bench_drain(n: int, timeout: float, rss_jobs: int) -> dict:
             results["cpu_us"] = per_job
         if (procs, conc, level) == (1, 2, "INFO"):
             results["drain_1x2"] = ratio
+    # Per-key ordering in use: the same jobs on 100 ordering lines, so at most 100 can run at
+    # once and each claim must look past the jobs whose line is busy.
+    keyed = run_workers(
+        n, processes=2, concurrency=1, level="INFO", timeout=timeout, ordering_keys=100
+    )
+    line("2 x 1, INFO, 100 ordering keys", keyed["rate"], floor["rate"])
+    results["drain_ordered"] = keyed["rate"] / floor["rate"]
     if rss_jobs:
         small = min(10_000, rss_jobs)
         log(f"\n   memory: one worker (--concurrency 1, INFO) through {rss_jobs:,} jobs")

@@ -263,6 +263,17 @@ class QueueControlForm(forms.Form):
         return queue
 
 
+class ScheduleActionForm(forms.Form):
+    """Pause, resume or run a schedule now from the schedules page, and why (kept in the
+    audit)."""
+
+    action = forms.ChoiceField(
+        choices=[("pause", "Pause"), ("resume", "Resume"), ("run", "Run now")]
+    )
+    schedule = forms.CharField(max_length=200, strip=False)
+    reason = forms.CharField(max_length=2000)
+
+
 class JobFilterForm(forms.Form):
     """The jobs browser's filters and keyset cursors (job ids)."""
 

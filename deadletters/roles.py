@@ -17,6 +17,9 @@ ACTION_PERMISSION = {
 POISON = "deadletters.replay_poisoned"
 # Pause and resume queues (jobqueue.store.queues; audited in jobqueue.QueueAction).
 PAUSE_QUEUE = "jobqueue.pause_queue"
+# Pause, resume or run a periodic job now (jobqueue.store.schedules; audited in
+# jobqueue.ScheduleAction).
+MANAGE_SCHEDULE = "jobqueue.manage_schedule"
 # Run a queued job now or cancel it (jobqueue.store.job_actions; audited in jobqueue.JobAction).
 ACT_ON_JOB = "jobqueue.act_on_job"
 
@@ -28,6 +31,7 @@ ROLE_PERMISSIONS = {
         ACTION_PERMISSION[Action.DISCARD],
         PAUSE_QUEUE,
         ACT_ON_JOB,
+        MANAGE_SCHEDULE,
     ],
     "admin": [
         VIEW,
@@ -36,6 +40,7 @@ ROLE_PERMISSIONS = {
         POISON,
         PAUSE_QUEUE,
         ACT_ON_JOB,
+        MANAGE_SCHEDULE,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
         REVEAL_PERMISSION,
         # The read-only admin pages of the queue and the audit log.

@@ -8,11 +8,12 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import OuterRef, Q, Subquery, Sum
+from django.db.models import BigIntegerField, F, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job
+from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
 from . import conf, redaction
@@ -264,6 +265,10 @@ class Detail:
     history: list[ReplayItem]
     payload_summarised: bool = False  # arguments shown as `$not_json` summaries
     origin: sources.Description | None = None  # what the letter's source says of it
+    # A letter whose job had an ordering key under "block": how many of the key's later jobs
+    # wait behind it (shown as "blocking N jobs"); None for any other letter.
+    blocking: int | None = None
+    ordering_key: str | None = None
 
     @property
     def attempt_groups(self) -> list[AttemptGroup]:
@@ -294,7 +299,25 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         payload_summarised=origin.payload_summarised,
         origin=origin,
         history=history,
+        **blocking(letter),
     )
+
+
+def blocking(letter: DeadLetter) -> dict:
+    """For a letter whose job holds its ordering key back ("block"): the key, and how many of
+    its ready jobs come after it (0 once the letter is resolved). Empty for any other."""
+    job = Job.objects.filter(pk=letter.job_id, ordering_on_dead="block").first()
+    if job is None or job.ordering_key is None:
+        return {}
+    held = 0
+    if letter.state in (DeadLetterState.PENDING, DeadLetterState.REPLAYING):
+        held = (
+            Job.objects.filter(ordering_key=job.ordering_key, state="ready")
+            .annotate(position=Coalesce("ordering_position", "id", output_field=BigIntegerField()))
+            .filter(position__gt=job.position)
+            .count()
+        )
+    return {"blocking": held, "ordering_key": job.ordering_key}
 
 
 @dataclass
@@ -346,6 +369,16 @@ class Preview:
     @property
     def skip_count(self):
         return self.total - self.will_act
+
+
+def schedules():
+    """Every schedule with its last tick's outcome and its last job's state (a query)."""
+    latest = ScheduleRun.objects.filter(schedule=OuterRef("pk")).order_by("-at", "-id")
+    return Schedule.objects.order_by("name").annotate(
+        last_state=F("last_job__state"),
+        last_outcome=Subquery(latest.values("outcome")[:1]),
+        last_note=Subquery(latest.values("note")[:1]),
+    )
 
 
 def in_chunks(ids):

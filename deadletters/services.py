@@ -18,7 +18,7 @@ from django.db import OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobqueue import store
+from jobqueue import schedules, store
 from jobqueue.models import DeadLetter
 
 from . import conf
@@ -436,6 +436,17 @@ def control_queue(action: str, queue: str, *, operator, reason: str, now=None) -
     False if it was already so."""
     change = store.queues.pause if action == "pause" else store.queues.resume
     return change(queue, actor=operator.get_username(), reason=reason, now=now)
+
+
+def act_on_schedule(action: str, name: str, *, operator, reason: str, now=None):
+    """Pause, resume or run a schedule now for an operator (audited in the store). Returns
+    whether a pause or resume changed anything, or the job a run enqueued; ValueError says why
+    nothing was done."""
+    actor = operator.get_username()
+    if action == "run":
+        return schedules.run_now(name, actor=actor, reason=reason, now=now)
+    change = store.schedules.pause if action == "pause" else store.schedules.resume
+    return change(name, actor=actor, reason=reason, now=now)
 
 
 def act_on_jobs(action: str, ids, *, operator, reason: str, now=None) -> list[int]:

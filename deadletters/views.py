@@ -24,7 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from jobqueue.models import DeadLetter, Job
+from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun
 
 from . import conf, jobs, redaction, selectors, services
 from .forms import (
@@ -38,11 +38,12 @@ from .forms import (
     ListPageForm,
     QueueControlForm,
     RunPageForm,
+    ScheduleActionForm,
     SelectionForm,
     refusal,
 )
 from .models import Action, JobSelection, ReplayRun, Selection
-from .roles import ACT_ON_JOB, ACTION_PERMISSION, PAUSE_QUEUE, POISON, VIEW
+from .roles import ACT_ON_JOB, ACTION_PERMISSION, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 
@@ -55,6 +56,7 @@ DOING = {
     POISON: "replay items past the poison limit",
     redaction.REVEAL_PERMISSION: "see masked payload values",
     PAUSE_QUEUE: "pause or resume queues",
+    MANAGE_SCHEDULE: "pause, resume or run schedules",
     ACT_ON_JOB: "run queued jobs now or cancel them",
 }
 
@@ -453,8 +455,7 @@ def queue_control(request):
     require(request.user, PAUSE_QUEUE)
     form = QueueControlForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {' '.join(errs)}" for name, errs in form.errors.items())
-        messages.error(request, f"Nothing changed ({problems}).")
+        messages.error(request, f"Nothing changed ({refusal(form)}).")
         return redirect("deadletters:health")
     action, queue = form.cleaned_data["action"], form.cleaned_data["queue"]
     try:
@@ -470,6 +471,53 @@ def queue_control(request):
         return redirect("deadletters:health")
     messages.success(request, f"Queue {queue} {done}.")
     return HttpResponseRedirect(reverse("deadletters:health") + "#queue-control")
+
+
+@require_GET
+@console_view
+def schedule_list(request):
+    """The periodic jobs: cron, next and last run, the last run's outcome, who paused one and
+    why; the ticks that did not become a job; the audit of operators' actions."""
+    context = {
+        "schedules": selectors.schedules(),
+        "unrun": ScheduleRun.objects.exclude(outcome=ScheduleRun.Outcome.ENQUEUED)
+        .select_related("schedule")
+        .order_by("-at", "-id")[:50],
+        "actions": ScheduleAction.objects.order_by("-at", "-id")[:20],
+        "can_manage": request.user.has_perm(MANAGE_SCHEDULE),
+        "now": timezone.now(),
+    }
+    return render_page(request, "deadletters/schedules.html", "schedule-table", context)
+
+
+@require_POST
+@console_view
+def schedule_act(request):
+    """Pause, resume or run a schedule now: permission-checked, with a reason the audit
+    keeps; back to the schedules page saying what happened."""
+    require(request.user, MANAGE_SCHEDULE)
+    form = ScheduleActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing changed ({refusal(form)}).")
+        return redirect("deadletters:schedules")
+    action, name = form.cleaned_data["action"], form.cleaned_data["schedule"]
+    try:
+        outcome = services.act_on_schedule(
+            action, name, operator=request.user, reason=form.cleaned_data["reason"]
+        )
+    except ValueError as exc:
+        messages.error(request, f"Nothing changed: {exc}.")
+        return redirect("deadletters:schedules")
+    if not outcome:  # a pause of a paused schedule, a resume of a running one
+        state = "paused" if action == "pause" else "running"
+        messages.warning(request, f"{name} was already {state}: nothing changed.")
+        return redirect("deadletters:schedules")
+    if action == "run":
+        messages.success(request, f"{name}: job {outcome.pk} enqueued.")
+    else:
+        messages.success(request, f"{name} {'paused' if action == 'pause' else 'resumed'}.")
+    pk = Schedule.objects.filter(name=name).values_list("pk", flat=True).first()
+    return HttpResponseRedirect(reverse("deadletters:schedules") + f"#schedule-{pk}")
 
 
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."

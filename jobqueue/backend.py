@@ -22,6 +22,7 @@ import logging
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import timedelta
 
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskResult, TaskResultStatus
@@ -34,7 +35,7 @@ from django.utils.module_loading import import_string
 from jobqueue import store
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidArguments
-from jobqueue.models import Job, JobState
+from jobqueue.models import Job, JobState, UniqueKey
 
 # Column widths the task's own strings must fit (PostgreSQL refuses longer; SQLite would
 # silently keep them, so both databases are held to the same rule here).
@@ -45,7 +46,11 @@ _MAX_LENGTHS = {
         ("idempotency_key", "idempotency_key"),
         ("module_path", "task_path"),
     )
+} | {
+    "unique_key": UniqueKey._meta.get_field("key").max_length,
+    "ordering_key": Job._meta.get_field("ordering_key").max_length,
 }
+ON_DEAD = ("block", "skip")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,12 +60,46 @@ class Task(DjangoTask):
     backoff_base: float | None = None
     backoff_cap: float | None = None
     idempotency_key: str | None = None
+    # A unique job: while the job holding this key is in one of `unique_while`, or for
+    # `unique_for` seconds after it was enqueued, enqueueing again returns that job.
+    unique_key: str | None = None
+    unique_while: tuple[str, ...] = store.UNIQUE_STATES
+    unique_for: float | None = None
+    # Per-key ordering: jobs with the same key run one at a time, in enqueue order; a dead one
+    # holds the rest back ("block") until its letter is replayed or discarded, or not ("skip").
+    ordering_key: str | None = None
+    ordering_on_dead: str = "block"
 
-    def using(self, *, idempotency_key=None, **changes):
+    def using(
+        self,
+        *,
+        idempotency_key=None,
+        unique_key=None,
+        unique_while=None,
+        unique_for=None,
+        ordering_key=None,
+        ordering_on_dead=None,
+        **changes,
+    ):
         task = DjangoTask.using(self, **changes)
+        ours = {}
         if idempotency_key is not None:
-            task = replace(task, idempotency_key=str(idempotency_key))
-        return task
+            ours["idempotency_key"] = str(idempotency_key)
+        if unique_key is not None:
+            ours["unique_key"] = str(unique_key)
+        if unique_while is not None:
+            ours["unique_while"] = (
+                (unique_while,) if isinstance(unique_while, str) else tuple(unique_while)
+            )
+        if unique_for is not None:
+            ours["unique_for"] = (
+                unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
+            )
+        if ordering_key is not None:
+            ours["ordering_key"] = str(ordering_key)
+        if ordering_on_dead is not None:
+            ours["ordering_on_dead"] = ordering_on_dead
+        return replace(task, **ours) if ours else task
 
     @property
     def attempt_budget(self) -> int:
@@ -96,6 +135,9 @@ class DatabaseBackend(BaseTaskBackend):
             raise InvalidTask("max_attempts must be at least 1.")
         if task.timeout is not None and task.timeout <= 0:
             raise InvalidTask("timeout must be positive.")
+        _validate_unique(task)
+        if getattr(task, "ordering_on_dead", "block") not in ON_DEAD:
+            raise InvalidTask(f"ordering_on_dead is one of {', '.join(ON_DEAD)}.")
         for name, limit in _MAX_LENGTHS.items():
             value = getattr(task, name, None)
             if value is None:
@@ -125,6 +167,11 @@ class DatabaseBackend(BaseTaskBackend):
             "priority": task.priority,
             "run_after": task.run_after,
             "idempotency_key": getattr(task, "idempotency_key", None),
+            "unique": _unique_of(task),
+            "ordering_key": getattr(task, "ordering_key", None),
+            "ordering_on_dead": (
+                task.ordering_on_dead if getattr(task, "ordering_key", None) is not None else None
+            ),
             "max_attempts": getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
             "backend": self.alias,
         }
@@ -246,6 +293,36 @@ class EnqueuedResults(Sequence):
 
     def __repr__(self) -> str:
         return repr(list(self))
+
+
+def _validate_unique(task) -> None:
+    key = getattr(task, "unique_key", None)
+    if key is None:
+        return
+    if getattr(task, "idempotency_key", None) is not None:
+        raise InvalidTask("use an idempotency_key or a unique_key, not both.")
+    states = task.unique_while
+    if not isinstance(states, tuple) or not set(states) <= set(store.UNIQUE_STATES):
+        raise InvalidTask(f"unique_while names states among {', '.join(store.UNIQUE_STATES)}.")
+    seconds = task.unique_for
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= MAX_UNIQUE_SECONDS
+    ):
+        raise InvalidTask(f"unique_for is a number of seconds from 0 to {MAX_UNIQUE_SECONDS:,}.")
+    if not states and seconds is None:
+        raise InvalidTask("a unique job needs unique_while states, a unique_for period, or both.")
+
+
+MAX_UNIQUE_SECONDS = 10 * 365 * 86_400
+
+
+def _unique_of(task) -> store.Unique | None:
+    key = getattr(task, "unique_key", None)
+    if key is None:
+        return None
+    return store.Unique(key=key, states=task.unique_while, seconds=task.unique_for)
 
 
 _RESULT_FIELDS = frozenset(f.name for f in fields(TaskResult) if f.init)

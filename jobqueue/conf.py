@@ -37,6 +37,9 @@ DEFAULTS = {
     "WORKER_LOST_AFTER": 60.0,
     # /metrics accepts `Authorization: Bearer <token>`; empty: staff logins only.
     "METRICS_TOKEN": "",
+    # Periodic jobs (jobqueue/schedules.py): under catch_up="none" a tick found more than this
+    # many seconds late is missed, not run.
+    "SCHEDULE_GRACE": 60.0,
     # The transactional outbox (jobqueue/outbox.py documents the shape).
     "OUTBOX": {},
 }

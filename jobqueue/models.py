@@ -66,6 +66,17 @@ class Job(models.Model):
         db_index=False,
     )
 
+    # Per-key ordering (jobqueue.store.sql_common.ORDERED): jobs with the same key run one at a
+    # time, in the order of their position: their own id, or for a replay the position of the
+    # job it replays, so that it runs before the key's later jobs. `ordering_on_dead`: "block"
+    # holds the key's later jobs while this job is dead and its letter unresolved; "skip" lets
+    # them run. NULL on every job without a key (not indexed then: no cost to them).
+    ordering_key = models.CharField(max_length=255, null=True, blank=True)
+    ordering_position = models.BigIntegerField(null=True, blank=True)
+    ordering_on_dead = models.CharField(
+        max_length=5, null=True, blank=True, choices=[("block", "Block"), ("skip", "Skip")]
+    )
+
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -106,6 +117,13 @@ class Job(models.Model):
                 name="jobqueue_job_key_idx",
                 condition=Q(idempotency_key__isnull=False),
             ),
+            # The claim's look for an earlier job of the same ordering key: only keyed jobs
+            # that can still hold their key back (waiting, running, or dead) are in it.
+            models.Index(
+                fields=["ordering_key"],
+                name="jobqueue_job_ordering_idx",
+                condition=Q(ordering_key__isnull=False, state__in=["ready", "running", "dead"]),
+            ),
         ]
         constraints = [
             # A key names one obligation: at most one job per key that is not dead.
@@ -124,6 +142,11 @@ class Job(models.Model):
 
     def __str__(self):
         return f"Job {self.pk} {self.task_path} [{self.state}]"
+
+    @property
+    def position(self) -> int | None:
+        """Its place in its ordering key's line."""
+        return self.ordering_position if self.ordering_position is not None else self.pk
 
     @property
     def last_error(self):
@@ -420,3 +443,123 @@ class JobAction(models.Model):
 
     def __str__(self):
         return f"{self.action} job {self.job_id} by {self.actor}"
+
+
+class Schedule(models.Model):
+    """A periodic job: `cron` in `timezone`, each tick enqueued once whatever number of workers
+    on whatever number of hosts look (jobqueue.schedules). Declared in code (@periodic); this
+    row is the declaration as last synced plus what running it needs: the next tick, the last
+    job, and whether an operator paused it."""
+
+    class CatchUp(models.TextChoices):
+        NONE = "none", "None (only a tick on time)"
+        LATEST = "latest", "The latest missed tick"
+        ALL = "all", "Every missed tick (bounded)"
+
+    name = models.CharField(max_length=200, unique=True)
+    task_path = models.CharField(max_length=255)
+    cron = models.CharField(max_length=120)
+    timezone = models.CharField(max_length=64, default="UTC")
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    overlap = models.BooleanField(default=True)  # False: skip a tick while the last run is live
+    catch_up = models.CharField(max_length=6, choices=CatchUp.choices, default=CatchUp.LATEST)
+    catch_up_limit = models.PositiveIntegerField(default=10)
+    # False once a sync no longer finds it in code: kept (with its history), never ticked.
+    declared = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField()
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    last_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, blank=True)
+    pause_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        permissions = [("manage_schedule", "Can pause, resume and run schedules (audited)")]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"],
+                name="jobqueue_schedule_due_idx",
+                condition=models.Q(paused_at__isnull=True, declared=True),
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.cron})"
+
+
+class ScheduleRun(models.Model):
+    """What happened to one tick of a schedule. The unique (schedule, tick) constraint is what
+    makes a tick's job exactly one: a second worker's insert for the same tick fails and its
+    transaction (its job included) rolls back. A manual run (an operator's "run now") is not a
+    tick and is not held to it."""
+
+    class Outcome(models.TextChoices):
+        ENQUEUED = "enqueued", "Enqueued"
+        SKIPPED = "skipped", "Skipped: the last run was still live"
+        MISSED = "missed", "Missed (catch-up)"
+        MANUAL = "manual", "Run now by an operator"
+        # The task could not be loaded or refused the schedule's arguments: the tick is
+        # recorded (and logged at ERROR) rather than retried every second.
+        ERROR = "error", "Could not enqueue"
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    tick = models.DateTimeField()
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    note = models.TextField(blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "tick"],
+                condition=~models.Q(outcome="manual"),
+                name="jobqueue_schedulerun_one_per_tick",
+            )
+        ]
+        indexes = [models.Index(fields=["schedule", "-at"], name="jobqueue_schedulerun_at_idx")]
+
+    def __str__(self):
+        return f"{self.schedule_id} {self.tick:%Y-%m-%d %H:%M:%S} {self.outcome}"
+
+
+class ScheduleAction(models.Model):
+    """The audit log of operators' actions on schedules: pause, resume, run now."""
+
+    class Kind(models.TextChoices):
+        PAUSE = "pause", "Pause"
+        RESUME = "resume", "Resume"
+        RUN = "run", "Run now"
+
+    schedule_name = models.CharField(max_length=200)  # outlives a removed schedule
+    action = models.CharField(max_length=10, choices=Kind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField()
+    job_id = models.BigIntegerField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["-at", "-id"], name="jobqueue_scheduleaction_at_idx")]
+
+    def __str__(self):
+        return f"{self.action} {self.schedule_name} by {self.actor}"
+
+
+class UniqueKey(models.Model):
+    """A unique job's hold on its key (jobqueue.store.jobs): while the job it names is in one
+    of `states` ("ready": due, "scheduled": waiting for its time or a retry, "running"), or
+    until `expires_at`, an enqueue with the same key returns that job instead of making one.
+    The primary key is what makes two concurrent enqueues one job."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    job_id = models.BigIntegerField()  # not a foreign key: the hold may outlive a pruned job
+    states = models.CharField(max_length=40)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.key} held by job {self.job_id}"

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property, lru_cache
 
-from django.db import DatabaseError, DataError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    DataError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.backends.signals import connection_created
 from django.tasks import TaskContext
 from django.tasks.signals import (
@@ -37,7 +43,7 @@ from django.tasks.signals import (
 )
 from django.utils import timezone
 
-from jobqueue import store
+from jobqueue import schedules, store
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
@@ -58,13 +64,17 @@ from jobqueue.store.postgresql import NOTIFY_CHANNEL
 logger = logging.getLogger("jobqueue.worker")
 MAX_PREFETCH = 200
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
+SCHEDULE_INTERVAL = 1.0  # seconds between looks for due schedules (jobqueue.schedules)
 MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
 # Seconds a finished job may wait for its acknowledgement while handlers stay busy.
 SETTLE_INTERVAL = 0.02
 
-# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat: SIGKILL at that point.
+# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: SIGKILL at that point
+# (in_tick: a periodic job's tick enqueued, its transaction not yet committed).
 fault_point = FaultPoints(
-    "JOBQUEUE_FAULT", {"after_claim", "after_effect", "after_ack", "heartbeat"}, "jobqueue"
+    "JOBQUEUE_FAULT",
+    {"after_claim", "after_effect", "after_ack", "heartbeat", "in_tick"},
+    "jobqueue",
 )
 
 
@@ -300,6 +310,7 @@ class Worker(Loop):
         self.started_at = timezone.now()
         self._tallies: dict[tuple, store.Tally] = {}
         self._last_record = 0.0
+        self._last_schedule = float("-inf")
         self._claimed_empty = False  # burst mode: the last claim found nothing
         # The threads whose connections are the queue's own (main, settler): named and given a
         # lock timeout; handlers' connections are the tasks' and left as the project made them.
@@ -413,6 +424,7 @@ class Worker(Loop):
         """Housekeeping, then a claim if the inbox is low; True if it claimed anything."""
         self._revive_handlers()
         self._record_if_due()
+        self._schedule_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
         if self.stopping:
@@ -898,6 +910,17 @@ class Worker(Loop):
                         filter(None, [mine.last_success_at, tally.last_success_at]), default=None
                     )
             raise
+
+    def _schedule_if_due(self):
+        """Enqueue the due ticks of periodic jobs. Every worker looks; each tick becomes one
+        job whichever of them takes it (jobqueue.schedules)."""
+        now_mono = time.monotonic()
+        if now_mono - self._last_schedule < SCHEDULE_INTERVAL:
+            return
+        self._last_schedule = now_mono
+        with transaction.atomic(using=self.using):  # the ticks of one look commit together
+            if schedules.enqueue_due(now=self.clock(), using=self.using):
+                fault_point("in_tick")
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)

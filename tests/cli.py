@@ -19,6 +19,9 @@ from jobqueue.models import (
     OutboxMessage,
     PausedQueue,
     QueueAction,
+    Schedule,
+    ScheduleAction,
+    ScheduleRun,
     WorkerRecord,
 )
 
@@ -73,6 +76,9 @@ def row_counts() -> dict:
         QueueAction,
         JobAction,
         JobSelection,
+        Schedule,
+        ScheduleRun,
+        ScheduleAction,
         get_user_model(),
         Group,
     ]

@@ -126,3 +126,21 @@ def undecodable_error():
 @task(max_attempts=5, backoff_base=10.0, backoff_cap=600.0)
 def storm(n: int):
     raise ConnectionError(f"dependency down ({n})")
+
+
+@task(max_attempts=3)
+def ordered_step(key: str, n: int, fail_first: bool = False, die_until: str = ""):
+    """One step of an ordered line: 'start'/'end' lines in the sink around it (a failed
+    attempt's too); fails its first attempt when fail_first (retried); dies (PermanentError)
+    while the file die_until names does not exist."""
+    _sink(f"start {key} {n}")
+    try:
+        if die_until and not Path(die_until).exists():
+            raise PermanentError(f"{key} step {n} cannot run yet")
+        marker = Path(f"{os.environ['REDRIVE_TEST_SINK']}.{key}.{n}")
+        if fail_first and not marker.exists():
+            marker.write_text("failed once")
+            raise ConnectionError(f"{key} step {n}: first attempt fails")
+    finally:
+        _sink(f"end {key} {n}")
+    return n

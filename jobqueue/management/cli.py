@@ -204,6 +204,18 @@ def operator_name(value: str) -> str:
     return text(User._meta.get_field(User.USERNAME_FIELD).max_length)(value)
 
 
+def add_audit_arguments(parser, permission: str | None = None):
+    """--reason and --operator, both required: who an audited action is done for, and why."""
+    parser.add_argument("--reason", type=text(), required=True, help="Why (kept in the audit log).")
+    needs = f"; needs {permission}" if permission else ""
+    parser.add_argument(
+        "--operator",
+        type=operator_name,
+        required=True,
+        help=f"Username the audit names{needs}.",
+    )
+
+
 def operator(username: str, *permissions: str):
     """The active user an audited command acts for, holding every one of `permissions`; a
     usage error naming the first one missing otherwise."""

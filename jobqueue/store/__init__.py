@@ -12,6 +12,7 @@ By concern:
     workers.py          the worker registry and per-minute counters
     queues.py           queue pause and resume, audited
     job_actions.py      run a queued job now or cancel it, audited
+    schedules.py        periodic jobs: sync, ticks (one job each), pause, resume, run now
     payloads.py         JSON and text every database stores
     postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement
 
@@ -19,7 +20,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
-from . import job_actions, queues
+from . import job_actions, queues, schedules
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -29,7 +30,9 @@ from .dead_letters import (
     replay,
 )
 from .jobs import (
+    UNIQUE_STATES,
     NewJob,
+    Unique,
     acknowledge,
     claim,
     enqueue,
@@ -62,10 +65,12 @@ __all__ = [
     "SKIP_MISSING",
     "SKIP_REASONS",
     "SWEEP_LIMIT",
+    "UNIQUE_STATES",
     "CheckedJSON",
     "NewJob",
     "Resolution",
     "Tally",
+    "Unique",
     "acknowledge",
     "check_payload",
     "claim",
@@ -84,6 +89,7 @@ __all__ = [
     "record_worker",
     "release",
     "replay",
+    "schedules",
     "storable_json",
     "storable_text",
     "sweep_expired",

@@ -14,12 +14,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DataError, connections, transaction
+from django.db import DataError, IntegrityError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
 from jobqueue.logfmt import log_line
-from jobqueue.models import DeadLetter, Job, JobState
+from jobqueue.models import DeadLetter, Job, JobState, UniqueKey
 
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
@@ -27,6 +27,20 @@ from .leases import JOBS, expired_entry
 from .payloads import check_payload, dumps, storable_json
 
 logger = logging.getLogger("jobqueue.sweep")
+
+
+# What a unique job's hold can cover (besides a period): due, waiting (its time or a retry's),
+# running.
+UNIQUE_STATES = ("ready", "scheduled", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """A unique job's key, the states its holder keeps it in, and an optional period."""
+
+    key: str
+    states: tuple[str, ...] = UNIQUE_STATES
+    seconds: float | None = None
 
 
 @dataclass(slots=True)
@@ -41,6 +55,9 @@ class NewJob:
     max_attempts: int = 5
     backend: str = "default"
     encoded: tuple[str, str] | None = None  # (args, kwargs) as JSON, if already checked
+    unique: Unique | None = None
+    ordering_key: str | None = None
+    ordering_on_dead: str | None = None  # "block" or "skip" when ordering_key is set
 
 
 def enqueue(
@@ -64,14 +81,23 @@ def enqueue_many(
     connection = connections[using]
     news = list(news)
     jobs = [_job_from(n, now) for n in news]
-    keyless = [job for job in jobs if job.idempotency_key is None]
+    keyless = [
+        job
+        for job, n in zip(jobs, news, strict=True)
+        if job.idempotency_key is None and n.unique is None
+    ]
     keyed = [(i, job) for i, job in enumerate(jobs) if job.idempotency_key is not None]
+    unique = [
+        (i, job, n.unique) for i, (job, n) in enumerate(zip(jobs, news, strict=True)) if n.unique
+    ]
     results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
     # Keyless jobs alone are one statement (its notification included): atomic without a
     # transaction of our own, so a single enqueue costs one round trip.
-    with _atomic_if(keyed or len(keyless) > dialect.INSERT_CHUNK, using):
+    with _atomic_if(keyed or unique or len(keyless) > dialect.INSERT_CHUNK, using):
         if keyless:
-            dialect.insert_many(connection, keyless, now=now)
+            _insert(connection, dialect, keyless, now, using)
+        for i, job, spec in unique:
+            results[i] = _enqueue_unique(connection, dialect, job, spec, now, using)
         woken = set()
         for i, job in keyed:
             job_id = _insert_keyed(connection, dialect, job)
@@ -88,6 +114,58 @@ def enqueue_many(
                     woken.add(job.queue_name)
         dialect.notify(connection, woken)
     return results
+
+
+def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
+    """Insert keyless jobs. Those with an ordering key (few) go through the ORM's insert, so the
+    dialects' hot statements carry no ordering columns for the jobs that have none."""
+    if all(job.ordering_key is None for job in jobs):
+        dialect.insert_many(connection, jobs, now=now)
+        return
+    plain = [job for job in jobs if job.ordering_key is None]
+    ordered = [job for job in jobs if job.ordering_key is not None]
+    if plain:
+        dialect.insert_many(connection, plain, now=now)
+    Job.objects.using(using).bulk_create(ordered)
+    dialect.notify(connection, {job.queue_name for job in ordered if job.run_after <= now})
+
+
+def _enqueue_unique(connection, dialect, job: Job, spec: Unique, now, using) -> tuple[Job, bool]:
+    """Insert `job` unless the job holding `spec.key` still holds it: then that job. The key's
+    row is read FOR UPDATE, so enqueues of one key queue behind each other; two that both find
+    no row both insert, and the primary key fails the second, whose savepoint rolls back (its
+    job and notification with it) before it reads the key again and finds the first's job."""
+    for _ in range(3):
+        hold = UniqueKey.objects.using(using).select_for_update().filter(key=spec.key).first()
+        if hold is not None:
+            holder = Job.objects.using(using).filter(pk=hold.job_id).first()
+            if holder is not None and _holds(holder, hold, now):
+                return holder, False
+        expires = now + timedelta(seconds=spec.seconds) if spec.seconds else None
+        try:
+            with transaction.atomic(using=using):
+                _insert(connection, dialect, [job], now, using)
+                held = {"job_id": job.pk, "states": ",".join(spec.states), "expires_at": expires}
+                if hold is None:  # fails on the primary key if another enqueue made one since
+                    UniqueKey.objects.using(using).create(key=spec.key, **held)
+                else:  # locked above: nobody else can have moved it
+                    UniqueKey.objects.using(using).filter(key=spec.key).update(**held)
+        except IntegrityError:
+            job.pk = None
+            continue
+        return job, True
+    raise IntegrityError(f"unique key {spec.key!r} kept changing hands; enqueue again")
+
+
+def _holds(holder: Job, hold: UniqueKey, now: datetime) -> bool:
+    if hold.expires_at is not None and hold.expires_at > now:
+        return True
+    states = hold.states.split(",")
+    if holder.state == JobState.RUNNING:
+        return "running" in states
+    if holder.state == JobState.READY:
+        return ("scheduled" if holder.run_after > now else "ready") in states
+    return False
 
 
 def _insert_keyed(connection, dialect, job: Job) -> int | None:
@@ -107,6 +185,8 @@ def _insert_keyed(connection, dialect, job: Job) -> int | None:
                 ts(job.run_after),
                 job.max_attempts,
                 ts(job.enqueued_at),
+                job.ordering_key,
+                job.ordering_on_dead,
             ],
         )
         row = cursor.fetchone()
@@ -131,6 +211,8 @@ def _job_from(n: NewJob, now: datetime) -> Job:
     row["enqueued_at"] = now
     row["worker_ids"] = []
     row["errors"] = []
+    row["ordering_key"] = n.ordering_key
+    row["ordering_on_dead"] = n.ordering_on_dead
     row["encoded_payload"] = n.encoded or check_payload(n.args, n.kwargs)
     job = Job.__new__(Job)
     job.__dict__ = row
@@ -163,6 +245,9 @@ _NEW_ROW = dict.fromkeys(
         "errors",
         "return_value",
         "replayed_from_id",
+        "ordering_key",
+        "ordering_position",
+        "ordering_on_dead",
         "encoded_payload",
     ]
 ) | {"state": JobState.READY, "attempts": 0}

@@ -7,7 +7,7 @@ from jobqueue.conf import setting
 from jobqueue.models import Job, OutboxMessage
 
 from .rows import Rows
-from .sql_common import CLAIM_KNOWS, LEASED, OUTBOX_KEY_IS_FREE, claimed
+from .sql_common import CLAIM_KNOWS, LEASED, ORDER_IS_FREE, OUTBOX_KEY_IS_FREE, claimed
 
 # A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
 JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
@@ -26,6 +26,7 @@ WITH picked AS MATERIALIZED (
     SELECT id FROM jobqueue_job
     WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
       AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+      AND {order_is_free}
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -73,8 +74,10 @@ EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in L
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
-    attempts, max_attempts, worker_ids, enqueued_at, errors
-) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]')
+    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead
+) VALUES (
+    %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s
+)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id
@@ -209,7 +212,10 @@ def insert_many(connection, jobs, *, now):
 
 _CLAIM_ALL, _CLAIM_QUEUES = (
     CLAIM.format(
-        queue_filter=queue_filter, returning=JOB_ROWS.columns("j"), columns=JOB_ROWS.columns()
+        queue_filter=queue_filter,
+        returning=JOB_ROWS.columns("j"),
+        columns=JOB_ROWS.columns(),
+        order_is_free=ORDER_IS_FREE,
     )
     for queue_filter in ("", "AND queue_name = ANY(%(queues)s)")
 )

@@ -39,6 +39,22 @@ RETURNING id, dead_letter_id
 """
 
 
+# A ready job with an ordering key is claimable only when no job of its key comes before it
+# and can still hold it back: one waiting (a retry too) or running, or one dead with "block"
+# whose dead letter is unresolved (pending, or replaying: its replay has the dead job's position
+# and runs first). A job without a key never looks (the OR is decided by its first term).
+ORDER_IS_FREE = """(jobqueue_job.ordering_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobqueue_job AS earlier
+    WHERE earlier.ordering_key = jobqueue_job.ordering_key
+      AND earlier.state IN ('ready', 'running', 'dead')
+      AND COALESCE(earlier.ordering_position, earlier.id)
+          < COALESCE(jobqueue_job.ordering_position, jobqueue_job.id)
+      AND (earlier.state <> 'dead' OR (earlier.ordering_on_dead = 'block' AND EXISTS (
+          SELECT 1 FROM jobqueue_deadletter AS letter
+          WHERE letter.job_id = earlier.id AND letter.state IN ('pending', 'replaying')
+      )))
+))"""
+
 # Columns whose values a job claim knows without reading them back: it sets the lease, and a
 # claimable (ready) row has no result and no finish time.
 CLAIM_KNOWS = (

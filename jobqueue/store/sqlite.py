@@ -10,7 +10,7 @@ the subquery cannot see a concurrent claim's rows half-updated.
 from jobqueue.models import Job, OutboxMessage
 
 from .rows import Rows
-from .sql_common import CLAIM_KNOWS, LEASED, OUTBOX_KEY_IS_FREE, claimed
+from .sql_common import CLAIM_KNOWS, LEASED, ORDER_IS_FREE, OUTBOX_KEY_IS_FREE, claimed
 
 # A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
 JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
@@ -34,6 +34,7 @@ WHERE id IN (
     SELECT id FROM jobqueue_job
     WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
       AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+      AND {order_is_free}
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 )
@@ -56,8 +57,8 @@ EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in L
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
-    attempts, max_attempts, worker_ids, enqueued_at, errors
-) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]')
+    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead
+) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id
@@ -81,7 +82,12 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until):
         queue_filter = f"AND queue_name IN ({', '.join(names)})"
         params.update({f"q{i}": q for i, q in enumerate(queues)})
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM.format(queue_filter=queue_filter, returning=_JOB_COLUMNS), params)
+        cursor.execute(
+            CLAIM.format(
+                queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
+            ),
+            params,
+        )
         jobs = JOB_ROWS.read(
             connection,
             cursor.fetchall(),

@@ -8,13 +8,14 @@ test_every_console_url_is_fuzzed until it gets an entry in ENDPOINTS.
 """
 
 import re
-from datetime import date
+from datetime import date, timedelta
 from urllib.parse import quote, urlencode
 
 import pytest
 from django.apps import apps
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -30,10 +31,12 @@ from deadletters.forms import (
     ListPageForm,
     QueueControlForm,
     RunPageForm,
+    ScheduleActionForm,
     SelectionForm,
 )
 from deadletters.models import ReplayRun, Selection
 from deadletters.selectors import MAX_ID
+from jobqueue import store
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 from .conftest import user_with_role
@@ -73,7 +76,8 @@ LETTER = "<an existing dead letter's id>"  # World.resolve puts a real one in it
 # Ordinary values too, so that requests also get past validation and write (a frozen selection,
 # a started or paused run) and the next examples meet that state.
 PLAUSIBLE = {
-    "action": st.sampled_from(["replay", "discard", "pause", "resume", "run_now", "cancel"]),
+    "action": st.sampled_from(["replay", "discard", "pause", "resume", "run_now", "cancel", "run"]),
+    "schedule": st.sampled_from(["nightly", "no-such-schedule"]),
     "queue": st.sampled_from(["default", "mail"]),
     "task": st.just("shop.send_receipt"),
     "key": st.just("receipt:1"),
@@ -146,6 +150,8 @@ ENDPOINTS = {
     "job-act": (["POST"], list(JobActionForm.base_fields), "jobs/{job}/act/"),
     "job-preview": (["POST"], list(JobSelectionForm.base_fields), "jobs/preview/"),
     "job-confirm": (["GET", "POST"], list(JobConfirmForm.base_fields), "jobs/selections/{jobs}/"),
+    "schedules": (["GET"], [], "schedules/"),
+    "schedule-act": (["POST"], list(ScheduleActionForm.base_fields), "schedules/act/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -203,6 +209,12 @@ class World:
             "jobs": [],
         }
         waiting = [JobFactory().pk for _ in range(3)]
+        store.schedules.upsert(
+            "nightly",
+            {"task_path": "tests.tasks.noop", "cron": "0 3 * * *", "overlap": False},
+            first_tick=timezone.now() + timedelta(hours=1),
+            now=timezone.now(),
+        )
         self.rows["job"] += waiting
         for user, chunk in ((users["operator"], letters[:3]), (users["admin"], letters[3:6])):
             # A background run (more than one batch) and an unconfirmed preview per actor.
@@ -256,7 +268,7 @@ def snapshot():
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
 ACCEPTED = re.compile(
     r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
-    r"|jobs/[0-9]+/#history|health/#queue-control)$"
+    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+)$"
 )
 
 

@@ -73,13 +73,7 @@ class Command(cli.Command):
                 type=cli.integer(1, lambda: conf.get("MAX_SELECTION")),
                 help="Required with a filter: at most N items.",
             )
-            act.add_argument("--reason", type=cli.text(), required=True)
-            act.add_argument(
-                "--operator",
-                type=cli.operator_name,
-                required=True,
-                help="Username the audit names.",
-            )
+            cli.add_audit_arguments(act)
             act.add_argument("--dry-run", action="store_true", help="Print the preview only.")
             if name == "replay":
                 act.add_argument(

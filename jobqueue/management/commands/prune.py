@@ -34,8 +34,9 @@ class Command(cli.Command):
             type=DAYS,
             default=14.0,
             metavar="DAYS",
-            help="Keep done and cancelled jobs this long after they finished (default 14). "
-            "Dead jobs stay with their dead letters; waiting and running ones always stay.",
+            help="Keep done and cancelled jobs this long after they finished (default 14), and "
+            "periodic jobs' tick records as long. Dead jobs stay with their dead letters; "
+            "waiting and running ones always stay.",
         )
         parser.add_argument(
             "--counters-older-than",
@@ -63,6 +64,10 @@ class Command(cli.Command):
         jobs = store.prune_finished_jobs(older_than=timedelta(days=opts["jobs_older_than"]))
         self.stdout.write(
             f"pruned {jobs} finished job(s) older than {opts['jobs_older_than']:g} days"
+        )
+        ticks = store.schedules.prune_runs(older_than=timedelta(days=opts["jobs_older_than"]))
+        self.stdout.write(
+            f"pruned {ticks} schedule tick record(s) older than {opts['jobs_older_than']:g} days"
         )
         cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])
         counters, _ = JobCounter.objects.filter(minute__lt=cutoff).delete()

@@ -19,15 +19,7 @@ class Command(cli.Command):
         for name, verb in (("pause", "Stop every worker claiming from"), ("resume", "Resume")):
             each = sub.add_parser(name, help=f"{verb} a queue (running jobs finish).")
             each.add_argument("queue", type=cli.column(PausedQueue, "queue_name"))
-            each.add_argument(
-                "--reason", type=cli.text(), required=True, help="Why (kept in the audit log)."
-            )
-            each.add_argument(
-                "--operator",
-                type=cli.operator_name,
-                required=True,
-                help=f"Username the audit names; needs {PERMISSION}.",
-            )
+            cli.add_audit_arguments(each, PERMISSION)
 
     def handle(self, *args, **opts):
         if opts["command"] == "list":

@@ -2,6 +2,7 @@ import logging
 import signal
 import sys
 
+from jobqueue import schedules
 from jobqueue.checks import TAG
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
@@ -69,6 +70,15 @@ class Command(cli.Command):
     def handle(self, *args, **opts):
         cli.show_event_lines(opts["log_level"])
         cli.wait_for_database()
+        try:
+            report = schedules.sync()
+        except (ImportError, TypeError, ValueError) as exc:
+            # A declaration that could never run stops the worker here, with its reason,
+            # rather than as a traceback (or not at all, its ticks silently missing).
+            raise cli.CommandError(f"a periodic job cannot be declared: {exc}") from None
+        for change in ("created", "updated"):
+            for name in report[change]:
+                logger.info("event=schedule_synced schedule=%s change=%s", name, change)
         worker = Worker(
             queues=opts["queues"],
             concurrency=opts["concurrency"],

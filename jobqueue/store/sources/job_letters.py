@@ -38,6 +38,14 @@ class JobLetters(BaseSource):
             if letter.idempotency_key:
                 held.add(letter.idempotency_key)
             todo.append(letter)
+        # A replay takes the place of the job it replays in that job's ordering key: it runs
+        # before the key's later jobs, which a "block" letter held back.
+        lines = {
+            row["id"]: row
+            for row in Job.objects.using(using)
+            .filter(pk__in=[dl.job_id for dl in todo], ordering_key__isnull=False)
+            .values("id", "ordering_key", "ordering_position", "ordering_on_dead")
+        }
         jobs = Job.objects.using(using).bulk_create(
             [
                 Job(
@@ -53,6 +61,7 @@ class JobLetters(BaseSource):
                     enqueued_at=now,
                     state=JobState.READY,
                     replayed_from=dl,
+                    **_line_of(lines.get(dl.job_id)),
                 )
                 for dl in todo
             ]
@@ -61,3 +70,14 @@ class JobLetters(BaseSource):
             results[letter.pk] = Replayed(job=job)
         dialects.of(using).notify(connections[using], {job.queue_name for job in jobs})
         return results
+
+
+def _line_of(original: dict | None) -> dict:
+    if original is None:
+        return {}
+    position = original["ordering_position"]
+    return {
+        "ordering_key": original["ordering_key"],
+        "ordering_position": original["id"] if position is None else position,
+        "ordering_on_dead": original["ordering_on_dead"],
+    }

@@ -1,0 +1,106 @@
+"""Periodic jobs with real `runworker` processes on the real test database: eight workers
+and one schedule give exactly one job per tick, through a worker killed inside a tick's
+transaction and another killed while running; without overlap, a slow run skips ticks."""
+
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import Job, JobState, Schedule, ScheduleRun
+from tests.conftest import wait_until
+
+EVERY_SECOND = "* * * * * *"  # croniter: a sixth field, seconds
+
+
+def every_second(name, task_path="tests.tasks.noop", **row) -> Schedule:
+    now = timezone.now()
+    store.schedules.upsert(
+        name,
+        {
+            "task_path": task_path,
+            "cron": EVERY_SECOND,
+            "timezone": "UTC",
+            "args": [],
+            "kwargs": {},
+            "overlap": True,
+            "catch_up": "all",
+            "catch_up_limit": 100,
+            **row,
+        },
+        first_tick=now.replace(microsecond=0) + timedelta(seconds=1),
+        now=now,
+    )
+    return Schedule.objects.get(name=name)
+
+
+def enqueued(schedule) -> list[ScheduleRun]:
+    return list(
+        ScheduleRun.objects.filter(
+            schedule=schedule, outcome=ScheduleRun.Outcome.ENQUEUED
+        ).order_by("tick")
+    )
+
+
+def test_eight_workers_enqueue_exactly_one_job_per_tick_through_kills(workers):
+    schedule = every_second("heartbeat")
+    first_tick = schedule.next_run_at
+    # Alone, this worker takes the first tick and is killed before that tick commits.
+    doomed = workers.start("--poll", "0.05", env={"JOBQUEUE_FAULT": "in_tick"})
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    assert "fault point in_tick" in Path(doomed.log_path).read_text()
+    assert not Job.objects.exists() and not ScheduleRun.objects.exists()  # rolled back
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == first_tick
+
+    eight = [workers.start("--poll", "0.05") for _ in range(8)]
+    wait_until(lambda: len(enqueued(schedule)) >= 4, timeout=60, message="four ticks")
+    eight[3].kill()  # one of the eight dies mid-run
+    eight[3].wait()
+    wait_until(lambda: len(enqueued(schedule)) >= 10, timeout=60, message="ten ticks")
+    store.schedules.pause(schedule.name, actor="test", reason="end of the run")
+    for proc in eight:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=60) for proc in eight if proc is not eight[3]] == [0] * 7
+
+    runs = enqueued(schedule)
+    ticks = [run.tick for run in runs]
+    assert ticks[0] == first_tick  # the tick whose worker died was taken by another
+    assert ticks == [first_tick + timedelta(seconds=n) for n in range(len(ticks))]  # no gap
+    jobs = Job.objects.filter(task_path="tests.tasks.noop")
+    assert sorted(run.job_id for run in runs) == sorted(jobs.values_list("pk", flat=True))
+    assert not ScheduleRun.objects.exclude(outcome=ScheduleRun.Outcome.ENQUEUED).exists()
+    takers = {w for job in jobs for w in job.worker_ids}
+    assert len(takers) >= 2, "the jobs were shared between workers"
+
+
+def test_without_overlap_a_slow_run_makes_the_next_ticks_skip(workers, tmp_path):
+    gate = tmp_path / "gate"
+    schedule = every_second(
+        "slow",
+        task_path="tests.tasks.wait_for_file",
+        kwargs={"path": str(gate)},
+        overlap=False,
+        catch_up="latest",
+    )
+    procs = [workers.start("--poll", "0.05") for _ in range(2)]
+    wait_until(lambda: Path(str(gate) + ".started").exists(), timeout=60, message="slow run")
+    skipped = ScheduleRun.objects.filter(schedule=schedule, outcome=ScheduleRun.Outcome.SKIPPED)
+    wait_until(lambda: skipped.count() >= 2, timeout=60, message="two skipped ticks")
+    assert Job.objects.count() == 1  # the slow run alone
+    gate.write_text("go")
+    wait_until(lambda: len(enqueued(schedule)) >= 2, timeout=60, message="the next run")
+    store.schedules.pause(schedule.name, actor="test", reason="end of the run")
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=60) for proc in procs] == [0, 0]
+    first = Job.objects.order_by("pk").first()
+    assert first.state == JobState.DONE
+    runs = list(ScheduleRun.objects.filter(schedule=schedule).order_by("tick"))
+    first_skip = next(r for r in runs if r.outcome == ScheduleRun.Outcome.SKIPPED)
+    assert f"job {first.pk} was still ready or running" == first_skip.note
+    # Every skipped tick came while the first run was live: before the second was enqueued.
+    second = enqueued(schedule)[1]
+    assert all(r.tick < second.tick for r in runs if r.outcome == ScheduleRun.Outcome.SKIPPED)
