@@ -242,6 +242,8 @@ REDRIVE = {
     "PREPARED_STATEMENTS": _env("JOBQUEUE_PREPARED_STATEMENTS", True, _flag),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
+    # Jobs per second per queue across every worker, as JSON: {"emails": 10}.
+    "RATE_LIMITS": _env_json("JOBQUEUE_RATE_LIMITS"),
     # Transactional outbox: routes, destinations, subscribers, as JSON (jobqueue/outbox.py).
     "OUTBOX": _env_json("REDRIVE_OUTBOX"),
     # The console's replays.

@@ -282,3 +282,29 @@ def check_settings(app_configs=None, **kwargs):
                 )
             )
     return found
+
+
+@checks.register(TAG)
+def check_rate_limits(app_configs=None, **kwargs):
+    """REDRIVE["RATE_LIMITS"]: a queue name to a positive, finite number of jobs per second."""
+    import math
+
+    from jobqueue.conf import setting
+
+    limits = setting("RATE_LIMITS")
+    if not isinstance(limits, dict):
+        return []  # check_settings names the wrong kind
+    return [
+        checks.Error(
+            f"REDRIVE['RATE_LIMITS'][{queue!r}] must be a positive number of jobs per second, "
+            f"not {rate!r}.",
+            hint='For example {"emails": 10} or {"stripe": 0.5}.',
+            id="redrive.E014",
+        )
+        for queue, rate in limits.items()
+        if not isinstance(queue, str)
+        or not queue
+        or isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not (rate > 0 and math.isfinite(rate))
+    ]

@@ -40,6 +40,8 @@ DEFAULTS = {
     # Periodic jobs (jobqueue/schedules.py): under catch_up="none" a tick found more than this
     # many seconds late is missed, not run.
     "SCHEDULE_GRACE": 60.0,
+    # Jobs per second per queue, shared by every worker on every host: {"emails": 10}.
+    "RATE_LIMITS": {},
     # The transactional outbox (jobqueue/outbox.py documents the shape).
     "OUTBOX": {},
 }

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
 from jobqueue.conf import policy
@@ -22,6 +22,8 @@ from jobqueue.models import (
     Job,
     JobCounter,
     JobState,
+    Schedule,
+    ScheduleRun,
     WorkerRecord,
 )
 from jobqueue.store import queues
@@ -87,11 +89,14 @@ class Row:
     succeeded_60m: int = 0
     failed_60m: int = 0
     paused: bool = False  # its queue is paused: workers skip its jobs
+    rate_limit: float | None = None  # REDRIVE["RATE_LIMITS"] of its queue, jobs per second
 
 
 # The figures that add up across rows (the oldest age is a maximum instead).
 SUMMED = tuple(
-    f.name for f in fields(Row) if f.name not in {"queue", "task", "oldest_ready_age", "paused"}
+    f.name
+    for f in fields(Row)
+    if f.name not in {"queue", "task", "oldest_ready_age", "paused", "rate_limit"}
 )
 
 
@@ -123,6 +128,32 @@ class Health:
 def failure_rate(succeeded: int, failed: int) -> float:
     attempts = succeeded + failed
     return failed / attempts if attempts else 0.0
+
+
+def scheduling(now: datetime) -> dict[str, int]:
+    """Figures of periodic jobs and ordering keys an operator watches: schedules active and
+    paused, active ones late by over a minute (no worker is ticking them), ticks in the last
+    hour that did not become a job (skipped, missed, failed), and ordering keys held back by a
+    dead job's unresolved letter."""
+    schedules = Schedule.objects.filter(declared=True)
+    unrun = ScheduleRun.objects.filter(at__gte=now - timedelta(hours=1)).exclude(
+        outcome__in=[ScheduleRun.Outcome.ENQUEUED, ScheduleRun.Outcome.MANUAL]
+    )
+    unresolved = DeadLetter.objects.filter(
+        job_id=OuterRef("pk"), state__in=[DeadLetterState.PENDING, DeadLetterState.REPLAYING]
+    )
+    blocked = Job.objects.filter(
+        ordering_key__isnull=False, state=JobState.DEAD, ordering_on_dead="block"
+    ).filter(Exists(unresolved))
+    return {
+        "schedules": schedules.filter(paused_at__isnull=True).count(),
+        "schedules_paused": schedules.filter(paused_at__isnull=False).count(),
+        "schedules_late": schedules.filter(
+            paused_at__isnull=True, next_run_at__lt=now - timedelta(minutes=1)
+        ).count(),
+        "schedule_ticks_unrun_60m": unrun.count(),
+        "blocked_ordering_keys": blocked.values("ordering_key").distinct().count(),
+    }
 
 
 def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None) -> Health:
@@ -205,8 +236,10 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
         name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
         for name, p in queues.paused().items()
     }
+    limits = policy("RATE_LIMITS") or {}
     for r in rows.values():
         r.paused = r.queue in paused
+        r.rate_limit = limits.get(r.queue)
     ordered = sorted(rows.values(), key=lambda r: (r.queue, r.task))
     # Every figure present even when nothing is live, so `queuehealth --fail-if` can name it.
     totals: dict[str, float] = dict.fromkeys((*SUMMED, "oldest_ready_age"), 0)
@@ -217,11 +250,13 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
     totals["failure_rate_5m"] = failure_rate(totals["succeeded_5m"], totals["failed_5m"])
     totals["failure_rate_60m"] = failure_rate(totals["succeeded_60m"], totals["failed_60m"])
     totals["paused"] = len(paused)  # queues
+    totals["rate_limited_queues"] = len(limits)
     totals["workers"] = len(workers)
     totals["lost_workers"] = sum(w["lost"] for w in workers)
     totals["since_last_success"] = (
         (now - last_success).total_seconds() if last_success else float("inf")
     )
+    totals.update(scheduling(now))
     return Health(
         at=now,
         rows=ordered,

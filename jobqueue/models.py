@@ -563,3 +563,16 @@ class UniqueKey(models.Model):
 
     def __str__(self):
         return f"{self.key} held by job {self.job_id}"
+
+
+class RateBucket(models.Model):
+    """The token bucket of a rate-limited queue (REDRIVE["RATE_LIMITS"]), shared by every
+    worker: a claim locks it, refills it for the time passed, takes a token per job it leases
+    and writes it back in the same transaction (jobqueue.store.jobs.claim)."""
+
+    queue_name = models.CharField(max_length=100, primary_key=True)
+    tokens = models.FloatField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.queue_name}: {self.tokens:.1f} tokens"

@@ -40,6 +40,7 @@ from .jobs import (
     extend_leases,
     fail,
     prune_finished_jobs,
+    rate_limits,
     release,
     sweep_expired,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "normalized",
     "prune_finished_jobs",
     "queues",
+    "rate_limits",
     "record_worker",
     "release",
     "replay",

@@ -18,8 +18,9 @@ from django.db import DataError, IntegrityError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
+from jobqueue.conf import policy
 from jobqueue.logfmt import log_line
-from jobqueue.models import DeadLetter, Job, JobState, UniqueKey
+from jobqueue.models import DeadLetter, Job, JobState, RateBucket, UniqueKey
 
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
@@ -281,12 +282,59 @@ def claim(
         "now": now,
         "lease_until": now + timedelta(seconds=lease_seconds),
     }
+    limits = rate_limits()
+    if limits:
+        return _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using)
     if not sweep:
         # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
     with transaction.atomic(using=using):
         sweep_expired(now=now, using=using, dead=swept_dead)
         return dialect.claim(connections[using], **arguments) if limit > 0 else []
+
+
+def rate_limits() -> dict[str, float]:
+    """REDRIVE["RATE_LIMITS"]: jobs per second per queue, across every worker."""
+    return policy("RATE_LIMITS") or {}
+
+
+def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) -> list[Job]:
+    """The claim with rate-limited queues taken apart: the other queues as usual, then each
+    limited queue this worker serves for as many jobs as its bucket has tokens. The bucket row
+    is locked until the transaction commits, so workers on every host share one rate."""
+    connection, now, limit = connections[using], arguments["now"], arguments["limit"]
+    served = [q for q in limits if not arguments["queues"] or q in arguments["queues"]]
+    with transaction.atomic(using=using):
+        if sweep:
+            sweep_expired(now=now, using=using, dead=swept_dead)
+        jobs = []
+        if limit > 0 and (not arguments["queues"] or set(arguments["queues"]) - set(served)):
+            jobs = dialect.claim(connection, **arguments, excluded=list(limits))
+        for queue in served:
+            if len(jobs) >= limit:
+                break
+            rate = float(limits[queue])
+            bucket, _ = (
+                RateBucket.objects.using(using)
+                .select_for_update()
+                .get_or_create(
+                    queue_name=queue, defaults={"tokens": max(1.0, rate), "updated_at": now}
+                )
+            )
+            elapsed = max(0.0, (now - bucket.updated_at).total_seconds())
+            tokens = min(max(1.0, rate), bucket.tokens + rate * elapsed)  # a second's burst
+            grant = min(limit - len(jobs), int(tokens))
+            taken = []
+            if grant > 0:
+                taken = dialect.claim(
+                    connection, **{**arguments, "queues": [queue], "limit": grant}
+                )
+            RateBucket.objects.using(using).filter(pk=queue).update(
+                tokens=tokens - len(taken), updated_at=max(now, bucket.updated_at)
+            )
+            jobs += taken
+    jobs.sort(key=lambda job: (-job.priority, job.run_after, job.pk))
+    return jobs
 
 
 def sweep_expired(

@@ -210,25 +210,30 @@ def insert_many(connection, jobs, *, now):
                 job.pk = job_id
 
 
-_CLAIM_ALL, _CLAIM_QUEUES = (
-    CLAIM.format(
-        queue_filter=queue_filter,
+# One statement per shape: every queue or named ones, with or without queues left out (those
+# under a rate limit, claimed apart: jobqueue.store.jobs.claim).
+_CLAIMS = {
+    (named, excluding): CLAIM.format(
+        queue_filter=("AND queue_name = ANY(%(queues)s)" if named else "")
+        + (" AND queue_name <> ALL(%(excluded)s)" if excluding else ""),
         returning=JOB_ROWS.columns("j"),
         columns=JOB_ROWS.columns(),
         order_is_free=ORDER_IS_FREE,
     )
-    for queue_filter in ("", "AND queue_name = ANY(%(queues)s)")
-)
+    for named in (False, True)
+    for excluding in (False, True)
+}
 
 
-def claim(connection, *, worker_id, queues, limit, now, lease_until):
-    sql = _CLAIM_QUEUES if queues else _CLAIM_ALL
+def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None):
+    sql = _CLAIMS[bool(queues), bool(excluded)]
     params = {
         "now": now,
         "limit": limit,
         "lease_until": lease_until,
         "worker_id": worker_id,
         "queues": queues,
+        "excluded": excluded,
     }
     return JOB_ROWS.read(connection, fetch(connection, sql, params), **claimed(params))
 

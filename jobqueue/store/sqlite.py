@@ -69,7 +69,7 @@ def _ts(connection, value):
     return connection.ops.adapt_datetimefield_value(value)
 
 
-def claim(connection, *, worker_id, queues, limit, now, lease_until):
+def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None):
     params = {
         "now": _ts(connection, now),
         "limit": limit,
@@ -81,6 +81,10 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until):
         names = [f"%(q{i})s" for i in range(len(queues))]
         queue_filter = f"AND queue_name IN ({', '.join(names)})"
         params.update({f"q{i}": q for i, q in enumerate(queues)})
+    if excluded:
+        names = [f"%(x{i})s" for i in range(len(excluded))]
+        queue_filter += f" AND queue_name NOT IN ({', '.join(names)})"
+        params.update({f"x{i}": q for i, q in enumerate(excluded)})
     with connection.cursor() as cursor:
         cursor.execute(
             CLAIM.format(

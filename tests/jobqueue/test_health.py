@@ -7,8 +7,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobqueue import store
 from jobqueue.health import snapshot
-from jobqueue.models import JobCounter, WorkerRecord
+from jobqueue.models import JobCounter, Schedule, ScheduleRun, WorkerRecord
 from jobqueue.worker import Worker
 from tests import tasks
 from tests.factories import DeadLetterFactory, JobFactory
@@ -199,3 +200,26 @@ def test_last_success_is_the_latest_in_its_minute():
 def test_lost_after_is_a_setting(fixture_data, settings):
     settings.REDRIVE = {**settings.REDRIVE, **{"WORKER_LOST_AFTER": 3600}}
     assert [w["lost"] for w in snapshot(now=NOW).workers] == [False, False]
+
+
+def test_health_counts_schedules_late_and_paused_unrun_ticks_and_blocked_ordering_keys():
+    now = timezone.now()
+    row = {"task_path": "tests.tasks.noop", "cron": "* * * * *"}
+    for name, first in (("late", now - timedelta(minutes=5)), ("fine", now + timedelta(minutes=1))):
+        store.schedules.upsert(name, row, first_tick=first, now=now)
+    store.schedules.upsert("held", row, first_tick=now - timedelta(hours=1), now=now)
+    store.schedules.pause("held", actor="ana", reason="provider down")
+    ScheduleRun.objects.create(
+        schedule=Schedule.objects.get(name="fine"), tick=now, outcome="skipped", at=now
+    )
+    for key in ("a", "a", "b"):
+        tasks.noop.using(ordering_key=key).enqueue(1)
+    for job in store.claim(worker_id="w", queues=None, limit=10, lease_seconds=60):
+        entry = store.error_entry(
+            job, class_path="builtins.ValueError", message="x", traceback="", now=now
+        )
+        store.fail(job, entry, retry_at=None)  # the first of a and of b die
+    totals = snapshot(now=now).totals
+    assert (totals["schedules"], totals["schedules_paused"], totals["schedules_late"]) == (2, 1, 1)
+    assert totals["schedule_ticks_unrun_60m"] == 1
+    assert totals["blocked_ordering_keys"] == 2

@@ -45,13 +45,15 @@ class Command(cli.Command):
             figures["scheduled"] += row.scheduled
             figures["running"] += row.running + row.expired
         paused = store.queues.paused()
-        names = sorted({q for q, f in live.items() if any(f.values())} | set(paused))
+        limits = store.rate_limits()
+        names = sorted({q for q, f in live.items() if any(f.values())} | set(paused) | set(limits))
         for name in names:
             figures = live.get(name, {"ready": 0, "scheduled": 0, "running": 0})
             pause = paused.get(name)
             row = {
                 "queue": name,
                 "paused": pause is not None,
+                "rate_limit": limits.get(name),
                 **figures,
                 "paused_by": pause.paused_by if pause else None,
                 "paused_at": pause.paused_at.isoformat() if pause else None,
@@ -61,6 +63,8 @@ class Command(cli.Command):
                 self.stdout.write(json.dumps(row))
             else:
                 state = f"PAUSED by {pause.paused_by}: {pause.reason!r}" if pause else "running"
+                if name in limits:
+                    state += f", at most {limits[name]:g} jobs/s"
                 self.stdout.write(
                     f"{name:<24} ready={row['ready']} scheduled={row['scheduled']} "
                     f"running={row['running']}  {state}"
