@@ -314,13 +314,14 @@ def run_workers(
     timeout: float,
     rss_at=(),
     ordering_keys: int = 0,
+    concurrency_keys: int = 0,
 ) -> dict:
     """`processes` x `runworker --concurrency C --burst` on n loaded jobs, at a log level (lines
     to /dev/null). The rate counts from spawning the workers, start-up included, as the shared
     bench does; `steady` from the first job's start. rss_at: done counts at which to read the
     first worker's resident memory."""
     with raw() as conn:
-        load(conn, n, ordering_keys)
+        load(conn, n, ordering_keys, concurrency_keys)
     cmd = [
         sys.executable, "manage.py", "runworker", "--concurrency", str(concurrency), "--burst"
     ]  # fmt: skip
@@ -420,6 +421,13 @@ def bench_drain(n: int, timeout: float, rss_jobs: int) -> dict:
     )
     line("2 x 1, INFO, 100 ordering keys", keyed["rate"], floor["rate"])
     results["drain_ordered"] = keyed["rate"] / floor["rate"]
+    # Concurrency keys in use: the same jobs over 100 tenants, each claim ranking every
+    # tenant's next jobs (the fair, keyed claim) instead of taking the plain index's first.
+    tenants = run_workers(
+        n, processes=2, concurrency=1, level="INFO", timeout=timeout, concurrency_keys=100
+    )
+    line("2 x 1, INFO, 100 concurrency keys", tenants["rate"], floor["rate"])
+    results["drain_tenants"] = tenants["rate"] / floor["rate"]
     if rss_jobs:
         small = min(10_000, rss_jobs)
         log(f"\n   memory: one worker (--concurrency 1, INFO) through {rss_jobs:,} jobs")

@@ -49,7 +49,9 @@ _MAX_LENGTHS = {
 } | {
     "unique_key": UniqueKey._meta.get_field("key").max_length,
     "ordering_key": Job._meta.get_field("ordering_key").max_length,
+    "concurrency_key": Job._meta.get_field("concurrency_key").max_length,
 }
+MAX_CONCURRENCY_LIMIT = 10_000
 ON_DEAD = ("block", "skip")
 
 
@@ -69,6 +71,10 @@ class Task(DjangoTask):
     # holds the rest back ("block") until its letter is replayed or discarded, or not ("skip").
     ordering_key: str | None = None
     ordering_on_dead: str = "block"
+    # Fair share: at most concurrency_limit jobs of one key run at once across every worker,
+    # and a claim takes every key's next job before any key's second.
+    concurrency_key: str | None = None
+    concurrency_limit: int = 1
 
     def using(
         self,
@@ -79,6 +85,8 @@ class Task(DjangoTask):
         unique_for=None,
         ordering_key=None,
         ordering_on_dead=None,
+        concurrency_key=None,
+        concurrency_limit=None,
         **changes,
     ):
         task = DjangoTask.using(self, **changes)
@@ -99,6 +107,10 @@ class Task(DjangoTask):
             ours["ordering_key"] = str(ordering_key)
         if ordering_on_dead is not None:
             ours["ordering_on_dead"] = ordering_on_dead
+        if concurrency_key is not None:
+            ours["concurrency_key"] = str(concurrency_key)
+        if concurrency_limit is not None:
+            ours["concurrency_limit"] = concurrency_limit
         return replace(task, **ours) if ours else task
 
     @property
@@ -138,6 +150,11 @@ class DatabaseBackend(BaseTaskBackend):
         _validate_unique(task)
         if getattr(task, "ordering_on_dead", "block") not in ON_DEAD:
             raise InvalidTask(f"ordering_on_dead is one of {', '.join(ON_DEAD)}.")
+        limit = getattr(task, "concurrency_limit", 1)
+        if type(limit) is not int or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+            raise InvalidTask(
+                f"concurrency_limit is a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,}."
+            )
         for name, limit in _MAX_LENGTHS.items():
             value = getattr(task, name, None)
             if value is None:
@@ -171,6 +188,12 @@ class DatabaseBackend(BaseTaskBackend):
             "ordering_key": getattr(task, "ordering_key", None),
             "ordering_on_dead": (
                 task.ordering_on_dead if getattr(task, "ordering_key", None) is not None else None
+            ),
+            "concurrency_key": getattr(task, "concurrency_key", None),
+            "concurrency_limit": (
+                task.concurrency_limit
+                if getattr(task, "concurrency_key", None) is not None
+                else None
             ),
             "max_attempts": getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
             "backend": self.alias,

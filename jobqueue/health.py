@@ -133,8 +133,8 @@ def failure_rate(succeeded: int, failed: int) -> float:
 def scheduling(now: datetime) -> dict[str, int]:
     """Figures of periodic jobs and ordering keys an operator watches: schedules active and
     paused, active ones late by over a minute (no worker is ticking them), ticks in the last
-    hour that did not become a job (skipped, missed, failed), and ordering keys held back by a
-    dead job's unresolved letter."""
+    hour that did not become a job (skipped, missed, failed), ordering keys held back by a
+    dead job's unresolved letter, and concurrency keys with jobs running now."""
     schedules = Schedule.objects.filter(declared=True)
     unrun = ScheduleRun.objects.filter(at__gte=now - timedelta(hours=1)).exclude(
         outcome__in=[ScheduleRun.Outcome.ENQUEUED, ScheduleRun.Outcome.MANUAL]
@@ -153,6 +153,12 @@ def scheduling(now: datetime) -> dict[str, int]:
         ).count(),
         "schedule_ticks_unrun_60m": unrun.count(),
         "blocked_ordering_keys": blocked.values("ordering_key").distinct().count(),
+        "concurrency_keys_running": Job.objects.filter(
+            state=JobState.RUNNING, concurrency_key__isnull=False
+        )
+        .values("concurrency_key")
+        .distinct()
+        .count(),
     }
 
 

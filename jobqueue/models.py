@@ -77,6 +77,12 @@ class Job(models.Model):
         max_length=5, null=True, blank=True, choices=[("block", "Block"), ("skip", "Skip")]
     )
 
+    # Fair share and a per-key concurrency limit (jobqueue.store.jobs.claim): at most
+    # concurrency_limit jobs of one key run at once across every worker, and a claim takes the
+    # next job of each key before the second of any. NULL on jobs without a key.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -84,15 +90,28 @@ class Job(models.Model):
         indexes = [
             # The claim scans only due ready rows, best priority first: one index for workers
             # that take every queue, one for workers bound to named queues.
+            # Jobs with a concurrency key are claimed apart (fairly, per key) and are not in
+            # these two, so a tenant's backlog never sits in front of the other jobs.
             models.Index(
                 fields=["-priority", "run_after", "id"],
                 name="jobqueue_job_ready_idx",
-                condition=Q(state="ready"),
+                condition=Q(state="ready", concurrency_key__isnull=True),
             ),
             models.Index(
                 fields=["queue_name", "-priority", "run_after", "id"],
                 name="jobqueue_job_ready_queue_idx",
-                condition=Q(state="ready"),
+                condition=Q(state="ready", concurrency_key__isnull=True),
+            ),
+            # The keyed claim: each key's next jobs, and how many of a key run now.
+            models.Index(
+                fields=["concurrency_key", "-priority", "run_after", "id"],
+                name="jobqueue_job_ready_key_idx",
+                condition=Q(state="ready", concurrency_key__isnull=False),
+            ),
+            models.Index(
+                fields=["concurrency_key"],
+                name="jobqueue_job_running_key_idx",
+                condition=Q(state="running", concurrency_key__isnull=False),
             ),
             # The sweep looks only at leased rows.
             models.Index(

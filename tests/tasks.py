@@ -144,3 +144,13 @@ def ordered_step(key: str, n: int, fail_first: bool = False, die_until: str = ""
     finally:
         _sink(f"end {key} {n}")
     return n
+
+
+@task
+def tenant_step(tenant: str, n: int, seconds: float = 0.0):
+    """A tenant's job: 'start'/'end' lines around an optional pause (overlap shows)."""
+    _sink(f"start {tenant} {n} {time.monotonic()}")
+    if seconds:
+        time.sleep(seconds)
+    _sink(f"end {tenant} {n} {time.monotonic()}")
+    return n

@@ -59,6 +59,8 @@ class NewJob:
     unique: Unique | None = None
     ordering_key: str | None = None
     ordering_on_dead: str | None = None  # "block" or "skip" when ordering_key is set
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None  # set when concurrency_key is
 
 
 def enqueue(
@@ -118,13 +120,13 @@ def enqueue_many(
 
 
 def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
-    """Insert keyless jobs. Those with an ordering key (few) go through the ORM's insert, so the
-    dialects' hot statements carry no ordering columns for the jobs that have none."""
-    if all(job.ordering_key is None for job in jobs):
+    """Insert keyless jobs. Those with an ordering or concurrency key (few) go through the ORM's
+    insert, so the dialects' hot statements carry no such columns for the jobs that have none."""
+    if all(job.ordering_key is None and job.concurrency_key is None for job in jobs):
         dialect.insert_many(connection, jobs, now=now)
         return
-    plain = [job for job in jobs if job.ordering_key is None]
-    ordered = [job for job in jobs if job.ordering_key is not None]
+    plain = [job for job in jobs if job.ordering_key is None and job.concurrency_key is None]
+    ordered = [job for job in jobs if job.ordering_key or job.concurrency_key]
     if plain:
         dialect.insert_many(connection, plain, now=now)
     Job.objects.using(using).bulk_create(ordered)
@@ -188,6 +190,8 @@ def _insert_keyed(connection, dialect, job: Job) -> int | None:
                 ts(job.enqueued_at),
                 job.ordering_key,
                 job.ordering_on_dead,
+                job.concurrency_key,
+                job.concurrency_limit,
             ],
         )
         row = cursor.fetchone()
@@ -214,6 +218,8 @@ def _job_from(n: NewJob, now: datetime) -> Job:
     row["errors"] = []
     row["ordering_key"] = n.ordering_key
     row["ordering_on_dead"] = n.ordering_on_dead
+    row["concurrency_key"] = n.concurrency_key
+    row["concurrency_limit"] = n.concurrency_limit
     row["encoded_payload"] = n.encoded or check_payload(n.args, n.kwargs)
     job = Job.__new__(Job)
     job.__dict__ = row
@@ -249,6 +255,8 @@ _NEW_ROW = dict.fromkeys(
         "ordering_key",
         "ordering_position",
         "ordering_on_dead",
+        "concurrency_key",
+        "concurrency_limit",
         "encoded_payload",
     ]
 ) | {"state": JobState.READY, "attempts": 0}
@@ -285,12 +293,23 @@ def claim(
     limits = rate_limits()
     if limits:
         return _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using)
-    if not sweep:
-        # One statement, atomic by itself: no BEGIN/COMMIT round trips around it.
-        return dialect.claim(connections[using], **arguments) if limit > 0 else []
-    with transaction.atomic(using=using):
+    if sweep:
         sweep_expired(now=now, using=using, dead=swept_dead)
-        return dialect.claim(connections[using], **arguments) if limit > 0 else []
+    return _claim_all(dialect, connections[using], arguments, using)
+
+
+def _claim_all(dialect, connection, arguments: dict, using: str) -> list[Job]:
+    """The claim. While jobs with a concurrency key are ready, the keyed statement: each key
+    within its limit, the keyless jobs as one more key, every key's next job before any key's
+    second. Otherwise the plain one (one statement, atomic by itself); telling which costs one
+    index probe."""
+    if arguments["limit"] <= 0:
+        return []
+    keys = dialect.ready_keys(connection)
+    if not keys:
+        return dialect.claim(connection, **arguments)
+    with transaction.atomic(using=using):  # the per-key locks last until this commits
+        return dialect.claim(connection, **arguments, keys=keys)
 
 
 def rate_limits() -> dict[str, float]:
@@ -308,8 +327,8 @@ def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) ->
         if sweep:
             sweep_expired(now=now, using=using, dead=swept_dead)
         jobs = []
-        if limit > 0 and (not arguments["queues"] or set(arguments["queues"]) - set(served)):
-            jobs = dialect.claim(connection, **arguments, excluded=list(limits))
+        if not arguments["queues"] or set(arguments["queues"]) - set(served):
+            jobs = _claim_all(dialect, connection, {**arguments, "excluded": list(limits)}, using)
         for queue in served:
             if len(jobs) >= limit:
                 break
@@ -326,8 +345,8 @@ def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) ->
             grant = min(limit - len(jobs), int(tokens))
             taken = []
             if grant > 0:
-                taken = dialect.claim(
-                    connection, **{**arguments, "queues": [queue], "limit": grant}
+                taken = _claim_all(
+                    dialect, connection, {**arguments, "queues": [queue], "limit": grant}, using
                 )
             RateBucket.objects.using(using).filter(pk=queue).update(
                 tokens=tokens - len(taken), updated_at=max(now, bucket.updated_at)

@@ -21,16 +21,69 @@ INSERT_CHUNK = 5_000
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
 # example under a nested loop) and lease more than n rows. The first ORDER BY picks which jobs;
 # the last one is the order the worker starts them in (RETURNING promises none).
-CLAIM = """
+PICK = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM jobqueue_job
-    WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+    WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s {queue_filter}
       AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
       AND {order_is_free}
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+)"""
+
+# While jobs with a concurrency key are ready: among the keys this claim holds (LOCK_KEYS), per
+# key its next jobs up to its limit less what runs now (counted after the lock, so no other
+# claim of the key is in flight), ranked within the key, and the keyless jobs as one more key;
+# the batch takes every key's first before any key's second.
+PICK_KEYED = """
+WITH candidates AS (
+    SELECT next.id, next.priority, next.run_after,
+           row_number() OVER (
+               PARTITION BY key.k ORDER BY next.priority DESC, next.run_after, next.id
+           ) AS rank,
+           next.concurrency_limit - running.n AS free
+    FROM unnest(%(keys)s::text[]) AS key(k)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM jobqueue_job
+        WHERE state = 'running' AND concurrency_key = key.k
+    ) AS running
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_after, concurrency_limit FROM jobqueue_job
+        WHERE state = 'ready' AND concurrency_key = key.k AND run_after <= %(now)s {queue_filter}
+          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+          AND {order_is_free}
+        ORDER BY priority DESC, run_after, id
+        LIMIT %(limit)s
+    ) AS next
+    UNION ALL
+    -- The jobs without a key share the batch as one more key, without a limit.
+    SELECT id, priority, run_after,
+           row_number() OVER (ORDER BY priority DESC, run_after, id), %(limit)s
+    FROM (
+        SELECT id, priority, run_after FROM jobqueue_job
+        WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s
+          {queue_filter}
+          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+          AND {order_is_free}
+        ORDER BY priority DESC, run_after, id
+        LIMIT %(limit)s
+    ) AS plain
+), picked AS MATERIALIZED (
+    SELECT id FROM jobqueue_job
+    WHERE id IN (
+        SELECT id FROM candidates WHERE rank <= free
+        ORDER BY rank, priority DESC, run_after, id
+        LIMIT %(limit)s
+    )
+    FOR UPDATE SKIP LOCKED
+)"""
+
+# MATERIALIZED makes the planner run the locking subquery exactly once: a bare
+# `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
+# example under a nested loop) and lease more than n rows. The first ORDER BY picks which jobs;
+# the last one is the order the worker starts them in (RETURNING promises none).
+LEASE = """, claimed AS (
 UPDATE jobqueue_job AS j SET
     state = 'running',
     attempts = j.attempts + 1,
@@ -45,6 +98,32 @@ WHERE j.id = picked.id
 RETURNING {returning}
 )
 SELECT {columns} FROM claimed ORDER BY priority DESC, run_after, id
+"""
+CLAIM = PICK + LEASE
+CLAIM_KEYED = PICK_KEYED + LEASE
+
+# The concurrency keys with ready jobs, one index step per key however many jobs each holds
+# (a loose index scan), at most MAX_KEYS of them per claim.
+READY_KEYS = """
+WITH RECURSIVE keys(k) AS (
+    (SELECT concurrency_key FROM jobqueue_job
+     WHERE state = 'ready' AND concurrency_key IS NOT NULL
+     ORDER BY concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT concurrency_key FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key > keys.k
+            ORDER BY concurrency_key LIMIT 1)
+    FROM keys WHERE keys.k IS NOT NULL
+)
+SELECT k FROM keys WHERE k IS NOT NULL LIMIT %(max_keys)s
+"""
+MAX_KEYS = 1_000
+
+# The keys no other claim holds, held until this transaction ends: a key's running count read
+# after this cannot miss a claim of the key that is in flight elsewhere.
+LOCK_KEYS = """
+SELECT k FROM unnest(%(keys)s::text[]) AS k
+WHERE pg_try_advisory_xact_lock(hashtextextended('redrive:concurrency:' || k, 0))
 """
 
 # The batch is one JSON document (id, token, [value]): return values go in as the JSON text the
@@ -74,9 +153,10 @@ EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in L
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
-    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead
+    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
+    concurrency_key, concurrency_limit
 ) VALUES (
-    %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s
+    %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
@@ -211,22 +291,29 @@ def insert_many(connection, jobs, *, now):
 
 
 # One statement per shape: every queue or named ones, with or without queues left out (those
-# under a rate limit, claimed apart: jobqueue.store.jobs.claim).
+# under a rate limit, claimed apart: jobqueue.store.jobs.claim); plain or keyed.
 _CLAIMS = {
-    (named, excluding): CLAIM.format(
+    (template, named, excluding): template.format(
         queue_filter=("AND queue_name = ANY(%(queues)s)" if named else "")
         + (" AND queue_name <> ALL(%(excluded)s)" if excluding else ""),
         returning=JOB_ROWS.columns("j"),
         columns=JOB_ROWS.columns(),
         order_is_free=ORDER_IS_FREE,
     )
+    for template in (CLAIM, CLAIM_KEYED)
     for named in (False, True)
     for excluding in (False, True)
 }
 
 
-def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None):
-    sql = _CLAIMS[bool(queues), bool(excluded)]
+def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None):
+    """Lease jobs without a concurrency key, or with `keys`: those of the given concurrency
+    keys (found by ready_keys), in the caller's transaction, which holds them from here on."""
+    if keys is not None:
+        keys = [row[0] for row in fetch(connection, LOCK_KEYS, {"keys": keys})]
+        if not keys:
+            return []
+    sql = _CLAIMS[CLAIM if keys is None else CLAIM_KEYED, bool(queues), bool(excluded)]
     params = {
         "now": now,
         "limit": limit,
@@ -234,8 +321,13 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
         "worker_id": worker_id,
         "queues": queues,
         "excluded": excluded,
+        "keys": keys,
     }
     return JOB_ROWS.read(connection, fetch(connection, sql, params), **claimed(params))
+
+
+def ready_keys(connection) -> list[str]:
+    return [row[0] for row in fetch(connection, READY_KEYS, {"max_keys": MAX_KEYS})]
 
 
 def acknowledge(connection, rows, *, now):

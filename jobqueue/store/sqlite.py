@@ -20,7 +20,7 @@ _JOB_COLUMNS = JOB_ROWS.columns()
 LOOPS = True  # batches are one statement per row: run them under one write lock
 INSERT_CHUNK = 500
 
-CLAIM = """
+LEASE = """
 UPDATE jobqueue_job SET
     state = 'running',
     attempts = attempts + 1,
@@ -30,16 +30,73 @@ UPDATE jobqueue_job SET
     started_at = COALESCE(started_at, %(now)s),
     last_attempted_at = %(now)s,
     worker_ids = json_insert(worker_ids, '$[#]', %(worker_id)s)
-WHERE id IN (
+WHERE id IN ({pick})
+RETURNING {returning}
+"""
+PICK = """
     SELECT id FROM jobqueue_job
-    WHERE state = 'ready' AND run_after <= %(now)s {queue_filter}
+    WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s {queue_filter}
       AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
       AND {order_is_free}
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
-)
-RETURNING {returning}
 """
+# While jobs with a concurrency key are ready: for each key ready_keys found, its next jobs
+# (one indexed subquery per key: SQLite has no LATERAL), and the keyless jobs' next as one
+# more key (the NULL partition); ranked within each key, a key's count capped at its limit less
+# what runs now; every key's first before any key's second. One writer at a time (IMMEDIATE
+# transactions), so the running count cannot miss a claim in flight.
+_CLAIMABLE = """state = 'ready' AND run_after <= %(now)s {queue_filter}
+              AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+              AND {order_is_free}"""
+_NEXT_OF_KEY = f"""SELECT * FROM (
+            SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
+            WHERE concurrency_key = %(k{{n}})s AND {_CLAIMABLE}
+            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+_NEXT_KEYLESS = f"""SELECT * FROM (
+            SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
+            WHERE concurrency_key IS NULL AND {_CLAIMABLE}
+            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+PICK_KEYED = """
+    SELECT id FROM (
+        SELECT id, priority, run_after,
+               row_number() OVER (
+                   PARTITION BY concurrency_key ORDER BY priority DESC, run_after, id
+               ) AS rank,
+               CASE WHEN concurrency_key IS NULL THEN %(limit)s ELSE concurrency_limit - (
+                   SELECT count(*) FROM jobqueue_job AS r
+                   WHERE r.state = 'running' AND r.concurrency_key = candidate.concurrency_key
+               ) END AS free
+        FROM ({candidates}) AS candidate
+    )
+    WHERE rank <= free
+    ORDER BY rank, priority DESC, run_after, id
+    LIMIT %(limit)s
+"""
+# SQLite joins at most 500 SELECTs in one compound statement: a claim looks at this many keys.
+MAX_KEYS = 200
+CLAIM = LEASE.replace("{pick}", PICK)
+
+READY_KEYS = f"""
+SELECT DISTINCT concurrency_key FROM jobqueue_job
+WHERE state = 'ready' AND concurrency_key IS NOT NULL
+LIMIT {MAX_KEYS}
+"""
+
+
+def ready_keys(connection) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(READY_KEYS)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _claim_keyed_sql(keys) -> tuple[str, dict]:
+    candidates = " UNION ALL ".join(
+        [*(_NEXT_OF_KEY.replace("{n}", str(n)) for n in range(len(keys))), _NEXT_KEYLESS]
+    )
+    pick = PICK_KEYED.replace("{candidates}", candidates)
+    return LEASE.replace("{pick}", pick), {f"k{n}": key for n, key in enumerate(keys)}
+
 
 ACKNOWLEDGE = """
 UPDATE jobqueue_job SET
@@ -57,8 +114,9 @@ EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in L
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
-    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead
-) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s)
+    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
+    concurrency_key, concurrency_limit
+) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id
@@ -69,7 +127,7 @@ def _ts(connection, value):
     return connection.ops.adapt_datetimefield_value(value)
 
 
-def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None):
+def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None):
     params = {
         "now": _ts(connection, now),
         "limit": limit,
@@ -85,9 +143,13 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
         names = [f"%(x{i})s" for i in range(len(excluded))]
         queue_filter += f" AND queue_name NOT IN ({', '.join(names)})"
         params.update({f"x{i}": q for i, q in enumerate(excluded)})
+    template = CLAIM
+    if keys is not None:
+        template, key_params = _claim_keyed_sql(keys)
+        params.update(key_params)
     with connection.cursor() as cursor:
         cursor.execute(
-            CLAIM.format(
+            template.format(
                 queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
             ),
             params,

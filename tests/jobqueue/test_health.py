@@ -219,7 +219,10 @@ def test_health_counts_schedules_late_and_paused_unrun_ticks_and_blocked_orderin
             job, class_path="builtins.ValueError", message="x", traceback="", now=now
         )
         store.fail(job, entry, retry_at=None)  # the first of a and of b die
+    tasks.noop.using(concurrency_key="tenant:1").enqueue(1)
+    store.claim(worker_id="w", queues=None, limit=10, lease_seconds=60)
     totals = snapshot(now=now).totals
+    assert totals["concurrency_keys_running"] == 1
     assert (totals["schedules"], totals["schedules_paused"], totals["schedules_late"]) == (2, 1, 1)
     assert totals["schedule_ticks_unrun_60m"] == 1
     assert totals["blocked_ordering_keys"] == 2

@@ -40,11 +40,20 @@ class JobLetters(BaseSource):
             todo.append(letter)
         # A replay takes the place of the job it replays in that job's ordering key: it runs
         # before the key's later jobs, which a "block" letter held back.
+        # It keeps the job's concurrency key and limit too.
         lines = {
             row["id"]: row
             for row in Job.objects.using(using)
-            .filter(pk__in=[dl.job_id for dl in todo], ordering_key__isnull=False)
-            .values("id", "ordering_key", "ordering_position", "ordering_on_dead")
+            .filter(pk__in=[dl.job_id for dl in todo])
+            .exclude(ordering_key__isnull=True, concurrency_key__isnull=True)
+            .values(
+                "id",
+                "ordering_key",
+                "ordering_position",
+                "ordering_on_dead",
+                "concurrency_key",
+                "concurrency_limit",
+            )
         }
         jobs = Job.objects.using(using).bulk_create(
             [
@@ -76,8 +85,14 @@ def _line_of(original: dict | None) -> dict:
     if original is None:
         return {}
     position = original["ordering_position"]
+    if original["ordering_key"] is None:
+        position = None
+    elif position is None:
+        position = original["id"]
     return {
         "ordering_key": original["ordering_key"],
-        "ordering_position": original["id"] if position is None else position,
+        "ordering_position": position,
         "ordering_on_dead": original["ordering_on_dead"],
+        "concurrency_key": original["concurrency_key"],
+        "concurrency_limit": original["concurrency_limit"],
     }

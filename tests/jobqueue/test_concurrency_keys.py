@@ -1,0 +1,121 @@
+"""Concurrency keys: at most N jobs of a key run at once across every worker, and a claim
+takes every key's next job before any key's second, so one tenant's backlog cannot starve
+another's few jobs."""
+
+import signal
+from datetime import timedelta
+
+import pytest
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTask
+from django.utils import timezone
+
+from jobqueue import store
+from jobqueue.models import DeadLetter, Job, JobState
+from tests import tasks
+from tests.conftest import wait_until
+
+T0 = timezone.now()
+
+
+def claim(limit=10, now=None):
+    return store.claim(
+        worker_id="w", queues=None, limit=limit, lease_seconds=60, now=now or T0 + timedelta(1)
+    )
+
+
+def tenant(key, n, limit=1, **using):
+    task = tasks.noop.using(concurrency_key=key, concurrency_limit=limit, run_after=T0, **using)
+    calls = [((i,), {}) for i in range(n)]
+    return [int(r.id) for r in task_backends["default"].enqueue_many(task, calls)]
+
+
+@pytest.mark.django_db
+def test_a_key_never_runs_more_than_its_limit():
+    ids = tenant("tenant:7", 5, limit=2)
+    first = claim()
+    assert [j.pk for j in first] == ids[:2]
+    assert claim() == []  # two run: the limit
+    assert store.acknowledge([(first[0], None)], now=T0 + timedelta(1))
+    assert [j.pk for j in claim()] == [ids[2]]
+
+
+@pytest.mark.django_db
+def test_a_claim_takes_every_keys_next_job_before_any_keys_second():
+    big = tenant("tenant:big", 50, limit=50)
+    small = tenant("tenant:small", 3, limit=50)
+    plain = [int(tasks.noop.using(run_after=T0).enqueue(0).id)]
+    got = [j.pk for j in claim(limit=5)]
+    assert set(got) == {big[0], small[0], plain[0], big[1], small[1]}
+
+
+@pytest.mark.django_db
+def test_keyed_jobs_keep_their_key_when_keyed_unique_ordered_or_replayed():
+    keyed = tasks.noop.using(concurrency_key="t", idempotency_key="once").enqueue(1)
+    both = tasks.noop.using(concurrency_key="t", ordering_key="o", concurrency_limit=3).enqueue(2)
+    rows = {j.pk: j for j in Job.objects.all()}
+    assert (rows[int(keyed.id)].concurrency_key, rows[int(keyed.id)].concurrency_limit) == ("t", 1)
+    assert (rows[int(both.id)].concurrency_limit, rows[int(both.id)].ordering_key) == (3, "o")
+    job = {j.pk: j for j in claim()}[int(keyed.id)]  # each job's own limit: both start
+    entry = store.error_entry(job, class_path="builtins.ValueError", message="x", traceback="",
+                              now=T0)  # fmt: skip
+    store.fail(job, entry, retry_at=None, now=T0 + timedelta(1))
+    letter = DeadLetter.objects.get(job_id=job.pk)
+    replay = store.replay([letter.pk]).done[letter.pk]
+    assert Job.objects.get(pk=replay.pk).concurrency_key == "t"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("limit", [0, -1, 10_001, "2", 1.5, True])
+def test_a_limit_that_cannot_work_is_refused(limit):
+    with pytest.raises(InvalidTask, match="concurrency_limit"):
+        tasks.noop.using(concurrency_key="t", concurrency_limit=limit).enqueue(1)
+    assert not Job.objects.exists()
+
+
+def steps(lines):
+    for line in lines:
+        event, key, n, at = line.split()
+        yield event, key, int(n), float(at)
+
+
+def test_a_tenants_backlog_does_not_starve_another_and_limits_hold_across_workers(workers):
+    backlog = 100_000
+    backend = task_backends["default"]
+    big = tasks.tenant_step.using(concurrency_key="tenant:big", concurrency_limit=10_000)
+    for start in range(0, backlog, 5_000):
+        backend.enqueue_many(big, [(("big", n), {}) for n in range(start, start + 5_000)])
+    capped = tasks.tenant_step.using(concurrency_key="tenant:capped", concurrency_limit=2)
+    backend.enqueue_many(capped, [(("capped", n), {"seconds": 0.05}) for n in range(20)])
+    procs = [workers.start("--concurrency", "4", "--poll", "0.05") for _ in range(2)]
+    done = Job.objects.filter(state=JobState.DONE)
+    wait_until(lambda: done.count() > 2_000, timeout=120, message="the backlog draining")
+    small = tasks.tenant_step.using(concurrency_key="tenant:small", concurrency_limit=10)
+    results = backend.enqueue_many(small, [(("small", n), {}) for n in range(10)])
+    ids = [int(r.id) for r in results]
+    wait_until(
+        lambda: done.filter(pk__in=ids).count() == 10, timeout=60, message="the small tenant"
+    )
+    wait_until(
+        lambda: done.filter(concurrency_key="tenant:capped").count() == 20,
+        timeout=60,
+        message="the capped tenant",
+    )
+    left = Job.objects.filter(concurrency_key="tenant:big", state=JobState.READY).count()
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=60) for proc in procs] == [0, 0]
+
+    waits = sorted(
+        (j.started_at - j.enqueued_at).total_seconds() for j in Job.objects.filter(pk__in=ids)
+    )
+    p99 = waits[int(0.99 * (len(waits) - 1))]
+    print(f"small tenant behind {left:,} of the big one's ready jobs: p99 wait {p99 * 1000:.0f} ms")
+    assert left > 0, "the big tenant's backlog was still there while the small one ran"
+    assert p99 < 1.0
+    running, most = 0, 0
+    for event, key, _, _ in steps(workers.sink_lines()):
+        if key == "capped":
+            running += 1 if event == "start" else -1
+            most = max(most, running)
+    assert most == 2  # never more than its limit, though eight handlers were free
