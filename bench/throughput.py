@@ -15,7 +15,12 @@ measures, in this order:
    the last job done (start-up included), vs the shared peer bench's floor-batch100 (two psycopg
    processes claiming 100 jobs of a minimal table per round trip); worker CPU per job; then one
    worker's resident memory after 10,000 and after --rss-jobs (default 1,000,000) jobs;
-4. enqueue→start latency on an idle (long-running) worker woken by LISTEN/NOTIFY, p50/p99.
+   The drain is run again with its jobs on 100 per-key ordering lines and over 100 concurrency
+   keys (the fair, keyed claim), beside the plain one: the features' cost when used, and (the
+   plain run) that they cost nothing when not;
+4. enqueue→start latency on an idle (long-running) worker woken by LISTEN/NOTIFY, p50/p99;
+5. a rate limit (`--only ratelimit`, not in the default run: it lasts --rate-seconds, 60): four
+   workers drain a queue limited to --rate jobs/s; the rate the jobs started at.
 
 Prints figures and PASS/MISS against the targets of issue 14; never fails the run on a miss.
 `../shared/peers/run.sh floor-batch100 redrive redrive-1x2 redrive-100k` stays the yardstick.
@@ -98,16 +103,25 @@ def reset(conn: psycopg.Connection):
     conn.execute("VACUUM ANALYZE jobqueue_job")
 
 
-def load(conn: psycopg.Connection, n: int, ordering_keys: int = 0):
+def load(conn: psycopg.Connection, n: int, ordering_keys: int = 0, concurrency_keys: int = 0):
     """Put n due no-op jobs in the table with COPY, then vacuum so every run starts alike.
-    ordering_keys: spread them over that many per-key ordering lines ("block"), round robin."""
+    ordering_keys: spread them over that many per-key ordering lines ("block"), round robin;
+    concurrency_keys: over that many concurrency keys (limit 1,000 each), round robin."""
     reset(conn)
     now = datetime.now(UTC) - timedelta(seconds=1)
-    columns = COLUMNS + (", ordering_key, ordering_on_dead" if ordering_keys else "")
+    columns = COLUMNS
+    if ordering_keys:
+        columns += ", ordering_key, ordering_on_dead"
+    if concurrency_keys:
+        columns += ", concurrency_key, concurrency_limit"
     with conn.cursor() as cur, cur.copy(f"COPY jobqueue_job ({columns}) FROM STDIN") as copy:
         for i in range(n):
             row = copy_row(now)
-            copy.write_row((*row, f"line:{i % ordering_keys}", "block") if ordering_keys else row)
+            if ordering_keys:
+                row = (*row, f"line:{i % ordering_keys}", "block")
+            if concurrency_keys:
+                row = (*row, f"tenant:{i % concurrency_keys}", 1000)
+            copy.write_row(row)
     conn.execute("VACUUM ANALYZE jobqueue_job")
 
 
@@ -454,6 +468,39 @@ def bench_drain(n: int, timeout: float, rss_jobs: int) -> dict:
     return results
 
 
+# --- 5. rate limit -------------------------------------------------------------------------
+
+
+def bench_rate_limit(rate: float, seconds: float) -> dict:
+    """Four workers on a queue limited to `rate` jobs per second, `seconds` long: the rate the
+    jobs started at after the first second's burst."""
+    n = int(rate * seconds)
+    log(f"\n5. rate limit {rate:g}/s: {n:,} jobs, four workers, about {seconds:g} s")
+    with raw() as conn:
+        load(conn, n)
+        conn.execute("UPDATE jobqueue_job SET queue_name = 'limited'")
+        conn.execute("TRUNCATE jobqueue_ratebucket")
+    cmd = [sys.executable, "manage.py", "runworker", "--burst", "--poll", "0.02"]
+    env = child_env(JOBQUEUE_RATE_LIMITS=f'{{"limited": {rate}}}', JOBQUEUE_LOG_LEVEL="WARNING")
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL) for _ in range(4)]
+    codes = [p.wait(timeout=seconds * 3 + 60) for p in procs]
+    with raw() as conn:
+        starts = [
+            row[0]
+            for row in conn.execute(
+                "SELECT started_at FROM jobqueue_job WHERE state = 'done' ORDER BY started_at"
+            )
+        ]
+    burst = int(max(1, rate))
+    measured = (len(starts) - burst - 1) / (starts[-1] - starts[burst]).total_seconds()
+    log(
+        f"  {len(starts):,}/{n:,} done (exit codes {codes}); started at {measured:.2f} jobs/s "
+        f"after the first second: {measured / rate - 1:+.1%} of the limit (target within 10%: "
+        f"{verdict(abs(measured / rate - 1) <= 0.10)})"
+    )
+    return {"rate_limit_error": measured / rate - 1}
+
+
 # --- 4. latency ---------------------------------------------------------------------------
 
 
@@ -546,7 +593,11 @@ def main(argv=None):
     )
     parser.add_argument("--latency-jobs", type=int, default=200)
     parser.add_argument("--latency-spacing", type=float, default=0.02, help="seconds")
-    parser.add_argument("--only", choices=["single", "bulk", "drain", "latency"], action="append")
+    parser.add_argument("--rate", type=float, default=50.0, help="jobs/s of the rate-limit run")
+    parser.add_argument("--rate-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--only", choices=["single", "bulk", "drain", "latency", "ratelimit"], action="append"
+    )
     args = parser.parse_args(argv)
     only = set(args.only or ["single", "bulk", "drain", "latency"])
 
@@ -563,6 +614,8 @@ def main(argv=None):
         results |= bench_drain(args.drain_jobs, args.drain_timeout, args.rss_jobs)
     if "latency" in only:
         results |= bench_latency(args.latency_jobs, args.latency_spacing)
+    if "ratelimit" in only:
+        results |= bench_rate_limit(args.rate, args.rate_seconds)
 
     log("\nSummary (targets of issue 14; the shared bench is the yardstick)")
     for key, label in [
@@ -574,6 +627,12 @@ def main(argv=None):
         if key in results:
             ok = results[key] >= TARGETS[key]
             log(f"  {verdict(ok)}  {label:<46} ratio {results[key]:.2f}")
+    for key, label in [
+        ("drain_ordered", "drain, 2 x 1, 100 ordering keys (no target)"),
+        ("drain_tenants", "drain, 2 x 1, 100 concurrency keys (no target)"),
+    ]:
+        if key in results:
+            log(f"  ----  {label:<46} ratio {results[key]:.2f}")
     if "cpu_us" in results:
         ok = results["cpu_us"] <= TARGETS["cpu_us"]
         label = "worker CPU per job at INFO <= 40 µs"

@@ -1,7 +1,8 @@
 """Durable queue records. Every write to them goes through jobqueue.store."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 
 # The largest id a row can have (BigAutoField: a signed 64-bit integer on both databases); a
 # larger number in a URL, a form or a command line would overflow the query, not miss a row.
@@ -138,8 +139,10 @@ class Job(models.Model):
             ),
             # The claim's look for an earlier job of the same ordering key: only keyed jobs
             # that can still hold their key back (waiting, running, or dead) are in it.
+            # Along each key in position order, so the look stops at the first earlier job.
             models.Index(
-                fields=["ordering_key"],
+                F("ordering_key"),
+                Coalesce("ordering_position", "id", output_field=models.BigIntegerField()),
                 name="jobqueue_job_ordering_idx",
                 condition=Q(ordering_key__isnull=False, state__in=["ready", "running", "dead"]),
             ),
