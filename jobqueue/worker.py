@@ -464,7 +464,9 @@ class Worker(Loop):
             )
             for job in swept_dead:  # finished too: their owner died on their last attempt
                 self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
-            self._claimed_empty = not jobs
+            self._claimed_empty = not jobs and not (
+                self.burst and store.throttled(self.queues, now=self.clock(), using=self.using)
+            )
             if jobs:
                 fault_point("after_claim")
                 # One line per claim, naming every job it leased (a line per job cost more than

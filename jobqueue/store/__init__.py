@@ -43,6 +43,7 @@ from .jobs import (
     rate_limits,
     release,
     sweep_expired,
+    throttled,
 )
 from .leases import SWEEP_LIMIT, error_entry
 from .payloads import (
@@ -95,4 +96,5 @@ __all__ = [
     "storable_json",
     "storable_text",
     "sweep_expired",
+    "throttled",
 ]

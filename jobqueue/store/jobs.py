@@ -317,6 +317,17 @@ def rate_limits() -> dict[str, float]:
     return policy("RATE_LIMITS") or {}
 
 
+def throttled(queues, *, now: datetime, using: str = "default") -> bool:
+    """Whether a rate-limited queue among `queues` (None: every queue) has due jobs waiting:
+    an empty claim then means "wait for tokens", not "nothing to do" (a burst worker keeps
+    going)."""
+    served = [q for q in rate_limits() if not queues or q in queues]
+    due = Job.objects.using(using).filter(
+        state=JobState.READY, queue_name__in=served, run_after__lte=now
+    )
+    return bool(served) and due.exists()
+
+
 def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) -> list[Job]:
     """The claim with rate-limited queues taken apart: the other queues as usual, then each
     limited queue this worker serves for as many jobs as its bucket has tokens. The bucket row

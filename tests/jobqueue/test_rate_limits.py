@@ -101,3 +101,11 @@ def test_queues_list_and_health_show_each_limit(settings):
     health = snapshot()
     assert health.totals["rate_limited_queues"] == 1
     assert [r.rate_limit for r in health.rows] == [2.5]
+
+
+def test_a_burst_worker_waits_for_tokens_rather_than_stopping_with_jobs_left(workers):
+    fill("limited", 30)
+    env = {"JOBQUEUE_RATE_LIMITS": '{"limited": 20}'}
+    proc = workers.run("--burst", "--poll", "0.05", env=env)
+    assert proc.returncode == 0
+    assert Job.objects.filter(queue_name="limited", state=JobState.DONE).count() == 30
