@@ -920,9 +920,19 @@ class Worker(Loop):
         if now_mono - self._last_schedule < SCHEDULE_INTERVAL:
             return
         self._last_schedule = now_mono
-        with transaction.atomic(using=self.using):  # the ticks of one look commit together
-            if schedules.enqueue_due(now=self.clock(), using=self.using):
-                fault_point("in_tick")
+        now = self.clock()
+        # A read first: SQLite's IMMEDIATE transactions take the write lock at BEGIN, and most
+        # looks find nothing due.
+        if not store.schedules.due(now=now, limit=1, using=self.using):
+            return
+        try:
+            with transaction.atomic(using=self.using):  # the ticks of one look commit together
+                if schedules.enqueue_due(now=now, using=self.using):
+                    fault_point("in_tick")
+        except DatabaseError:
+            raise  # the loop's backoff handles the database
+        except Exception:
+            logger.exception("event=schedule_error worker=%s", self.worker_id)
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)

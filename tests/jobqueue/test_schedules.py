@@ -288,3 +288,18 @@ def test_prune_removes_old_tick_records_and_keeps_the_schedules_last_run():
     assert store.schedules.prune_runs(older_than=timedelta(days=14)) == 1
     assert [t for t, _ in outcomes(schedule)] == [T0 + 2 * MINUTE]
     assert Schedule.objects.get(pk=schedule.pk).last_tick_at == T0 + 2 * MINUTE
+
+
+def test_a_fault_in_a_schedule_is_logged_and_the_worker_goes_on(monkeypatch, caplog):
+    from jobqueue.worker import Worker
+
+    make()
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug in a schedule")
+
+    monkeypatch.setattr(schedules, "enqueue_due", broken)
+    worker = Worker(clock=lambda: T0 + MINUTE)
+    with caplog.at_level(logging.ERROR, logger="jobqueue.worker"):
+        worker._schedule_if_due()
+    assert "event=schedule_error" in caplog.text and "a bug in a schedule" in caplog.text
