@@ -12,7 +12,8 @@ from playwright.sync_api import expect
 
 from deadletters import services
 from deadletters.models import ReplayRun
-from jobqueue.models import JobCounter, WorkerRecord
+from jobqueue import store
+from jobqueue.models import JobCounter, Schedule, ScheduleRun, WorkerRecord
 from tests.browser.test_console import login
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
@@ -65,6 +66,29 @@ def console_data():
     return letters, died_again
 
 
+def schedule_pages():
+    """Schedules with long names and crons, one paused, with ticks that did not run."""
+    now = timezone.now()
+    for name, cron in (
+        ("refresh-exchange-rates-from-every-provider-in-the-region", "*/5 * * * *"),
+        ("weekly-digest", "0 9 * * mon"),
+    ):
+        store.schedules.upsert(
+            name,
+            {"task_path": LONG_TASK, "cron": cron, "timezone": "Europe/Paris", "overlap": False},
+            first_tick=now + timedelta(minutes=5),
+            now=now,
+        )
+    store.schedules.pause("weekly-digest", actor="operator", reason="provider rate-limits us")
+    ScheduleRun.objects.create(
+        schedule=Schedule.objects.get(name="weekly-digest"),
+        tick=now - timedelta(minutes=5),
+        outcome="skipped",
+        note="job 12 was still ready or running",
+        at=now,
+    )
+
+
 def console_pages(live_server, operator):
     """Every page of the console an operator reaches, by path."""
     letters, died_again = console_data()
@@ -83,7 +107,9 @@ def console_pages(live_server, operator):
     job_selection = services.freeze_job_selection(
         operator=operator, action="cancel", ids=[waiting.pk]
     )
+    schedule_pages()
     return {
+        "schedules": "/deadletters/schedules/",
         "job-waiting": f"/deadletters/jobs/{waiting.pk}/",
         "job-confirm": f"/deadletters/jobs/selections/{job_selection.pk}/",
         "health": "/",
