@@ -163,6 +163,8 @@ class DatabaseBackend(BaseTaskBackend):
                 raise InvalidTask(f"{name} must be a string, not {type(value).__name__}.")
             if len(value) > limit:
                 raise InvalidTask(f"{name} must be at most {limit} characters, not {len(value)}.")
+            if not value and name in ("unique_key", "ordering_key", "concurrency_key"):
+                raise InvalidTask(f"{name} must not be empty.")
             if "\x00" in value:
                 raise InvalidTask(f"{name} must not contain NUL (\\u0000).")
 

@@ -122,11 +122,13 @@ def enqueue_many(
 def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
     """Insert keyless jobs. Those with an ordering or concurrency key (few) go through the ORM's
     insert, so the dialects' hot statements carry no such columns for the jobs that have none."""
-    if all(job.ordering_key is None and job.concurrency_key is None for job in jobs):
+    plain = [job for job in jobs if job.ordering_key is None and job.concurrency_key is None]
+    if len(plain) == len(jobs):
         dialect.insert_many(connection, jobs, now=now)
         return
-    plain = [job for job in jobs if job.ordering_key is None and job.concurrency_key is None]
-    ordered = [job for job in jobs if job.ordering_key or job.concurrency_key]
+    ordered = [
+        job for job in jobs if job.ordering_key is not None or job.concurrency_key is not None
+    ]
     if plain:
         dialect.insert_many(connection, plain, now=now)
     Job.objects.using(using).bulk_create(ordered)

@@ -134,6 +134,9 @@ def test_keyed_bulk_and_unique_jobs_keep_their_ordering_key():
         ({"ordering_key": "k", "ordering_on_dead": "maybe"}, "ordering_on_dead"),
         ({"ordering_key": "x" * 256}, "at most 255"),
         ({"ordering_key": "a\x00"}, "NUL"),
+        ({"ordering_key": ""}, "must not be empty"),
+        ({"concurrency_key": ""}, "must not be empty"),
+        ({"unique_key": ""}, "must not be empty"),
     ],
 )
 def test_ordering_options_that_cannot_work_are_refused(options, message):
