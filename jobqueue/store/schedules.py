@@ -116,7 +116,10 @@ def advance(
                         at=now,
                     )
                 )
-            last_job_id, made = schedule.last_job_id, []
+            # Read again now that the row is ours: an operator's run now may have made a job
+            # since the due list was read.
+            rows = Schedule.objects.using(using).filter(pk=schedule.pk)
+            last_job_id, made = rows.values_list("last_job_id", flat=True).get(), []
             for tick in due.run:
                 run = ScheduleRun(schedule=schedule, tick=tick, at=now)
                 if error is not None:

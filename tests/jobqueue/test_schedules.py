@@ -303,3 +303,16 @@ def test_a_fault_in_a_schedule_is_logged_and_the_worker_goes_on(monkeypatch, cap
     with caplog.at_level(logging.ERROR, logger="jobqueue.worker"):
         worker._schedule_if_due()
     assert "event=schedule_error" in caplog.text and "a bug in a schedule" in caplog.text
+
+
+def test_a_run_now_made_after_the_due_list_was_read_still_counts_as_the_live_run():
+    schedule = make(overlap=False)
+    [stale] = store.schedules.due(now=T0 + MINUTE, limit=10)  # a worker reads the due row...
+    schedules.run_now(schedule.name, actor="ana", reason="now", now=T0 + MINUTE)  # ...an operator
+    due = plan(stale, T0 + MINUTE, grace=60)
+    new_job, _ = schedules._new_job(stale)
+    assert (
+        store.schedules.advance(stale, due=due, new_job=new_job, error=None, now=T0 + MINUTE) == []
+    )
+    assert Job.objects.count() == 1
+    assert [o for _, o in outcomes(schedule)] == [Outcome.MANUAL, Outcome.SKIPPED]
