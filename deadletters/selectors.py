@@ -289,25 +289,26 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
     )
     _preload_letter_states(history)
     origin = sources.describe(letter, payload=payload)
+    original_job = (
+        Job.objects.filter(pk=letter.original_job_id).first() if letter.original_job_id else None
+    )
     return Detail(
         letter=letter,
         payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),
-        original_job=Job.objects.filter(pk=letter.original_job_id).first()
-        if letter.original_job_id
-        else None,
+        original_job=original_job,
         replay_jobs=list(letter.replay_jobs.order_by("id")),
         payload_summarised=origin.payload_summarised,
         origin=origin,
         history=history,
-        **blocking(letter),
+        **blocking(letter, original_job),
     )
 
 
-def blocking(letter: DeadLetter) -> dict:
-    """For a letter whose job holds its ordering key back ("block"): the key, and how many of
-    its ready jobs come after it (0 once the letter is resolved). Empty for any other."""
-    job = Job.objects.filter(pk=letter.job_id, ordering_on_dead="block").first()
-    if job is None or job.ordering_key is None:
+def blocking(letter: DeadLetter, job: Job | None) -> dict:
+    """For a letter whose job (`job`, read by the caller) holds its ordering key back
+    ("block"): the key, and how many of its ready jobs come after it (0 once the letter is
+    resolved). Empty for any other."""
+    if job is None or job.ordering_key is None or job.ordering_on_dead != "block":
         return {}
     held = 0
     if letter.state in (DeadLetterState.PENDING, DeadLetterState.REPLAYING):

@@ -145,12 +145,15 @@ def scheduling(now: datetime) -> dict[str, int]:
     blocked = Job.objects.filter(
         ordering_key__isnull=False, state=JobState.DEAD, ordering_on_dead="block"
     ).filter(Exists(unresolved))
+    counts = schedules.aggregate(
+        schedules=Count("id", filter=Q(paused_at__isnull=True)),
+        schedules_paused=Count("id", filter=Q(paused_at__isnull=False)),
+        schedules_late=Count(
+            "id", filter=Q(paused_at__isnull=True, next_run_at__lt=now - timedelta(minutes=1))
+        ),
+    )
     return {
-        "schedules": schedules.filter(paused_at__isnull=True).count(),
-        "schedules_paused": schedules.filter(paused_at__isnull=False).count(),
-        "schedules_late": schedules.filter(
-            paused_at__isnull=True, next_run_at__lt=now - timedelta(minutes=1)
-        ).count(),
+        **counts,
         "schedule_ticks_unrun_60m": unrun.count(),
         "blocked_ordering_keys": blocked.values("ordering_key").distinct().count(),
         "concurrency_keys_running": Job.objects.filter(

@@ -300,14 +300,14 @@ def claim(
     return _claim_all(dialect, connections[using], arguments, using)
 
 
-def _claim_all(dialect, connection, arguments: dict, using: str) -> list[Job]:
+def _claim_all(dialect, connection, arguments: dict, using: str, keys=None) -> list[Job]:
     """The claim. While jobs with a concurrency key are ready, the keyed statement: each key
     within its limit, the keyless jobs as one more key, every key's next job before any key's
     second. Otherwise the plain one (one statement, atomic by itself); telling which costs one
-    index probe."""
+    index probe (`keys`: that probe's answer, when the caller asked already)."""
     if arguments["limit"] <= 0:
         return []
-    keys = dialect.ready_keys(connection)
+    keys = dialect.ready_keys(connection) if keys is None else keys
     if not keys:
         return dialect.claim(connection, **arguments)
     with transaction.atomic(using=using):  # the per-key locks last until this commits
@@ -340,8 +340,11 @@ def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) ->
         if sweep:
             sweep_expired(now=now, using=using, dead=swept_dead)
         jobs = []
+        keys = dialect.ready_keys(connection)  # one probe for every part of this claim
         if not arguments["queues"] or set(arguments["queues"]) - set(served):
-            jobs = _claim_all(dialect, connection, {**arguments, "excluded": list(limits)}, using)
+            jobs = _claim_all(
+                dialect, connection, {**arguments, "excluded": list(limits)}, using, keys
+            )
         for queue in served:
             if len(jobs) >= limit:
                 break
@@ -359,7 +362,11 @@ def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) ->
             taken = []
             if grant > 0:
                 taken = _claim_all(
-                    dialect, connection, {**arguments, "queues": [queue], "limit": grant}, using
+                    dialect,
+                    connection,
+                    {**arguments, "queues": [queue], "limit": grant},
+                    using,
+                    keys,
                 )
             RateBucket.objects.using(using).filter(pk=queue).update(
                 tokens=tokens - len(taken), updated_at=max(now, bucket.updated_at)
