@@ -69,3 +69,11 @@ def classify(exc: BaseException) -> Verdict:
 
 def class_path(exc_type: type) -> str:
     return f"{exc_type.__module__}.{exc_type.__qualname__}"
+
+
+def exception_text(exc: BaseException) -> str:
+    """str(exc), which runs the task's own code and may itself fail."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the failure being stored
+        return f"<{type(exc).__name__}: str() failed>"

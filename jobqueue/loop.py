@@ -84,13 +84,17 @@ class FaultPoints:
     """Crash drills: the environment variable names one point where the process SIGKILLs
     itself, so tests and operators can rehearse recovery with real processes."""
 
-    def __init__(self, variable: str, points: set[str], who: str):
+    def __init__(self, variable: str, points: set[str], who: str, *, qualified: bool = False):
+        """`qualified`: the variable names a point and what it applies to, "point:name"
+        (a workflow's step), so a drill can stop at one step of many."""
         self.chosen = os.environ.get(variable, "")
         self.who = who
-        if self.chosen and self.chosen not in points:
-            raise RuntimeError(f"{variable} must be one of {sorted(points)}, not {self.chosen!r}")
+        point = self.chosen.partition(":")[0] if qualified else self.chosen
+        if self.chosen and (point not in points or (qualified and ":" not in self.chosen)):
+            form = "<point>:<name>, <point> one of " if qualified else ""
+            raise RuntimeError(f"{variable} must be {form}{sorted(points)}, not {self.chosen!r}")
 
-    def __call__(self, name: str):
-        if name == self.chosen:
-            os.write(2, f"{self.who}: fault point {name}: SIGKILL\n".encode())
+    def __call__(self, name: str, qualifier: str | None = None):
+        if self.chosen and self.chosen == (name if qualifier is None else f"{name}:{qualifier}"):
+            os.write(2, f"{self.who}: fault point {self.chosen}: SIGKILL\n".encode())
             os.kill(os.getpid(), signal.SIGKILL)

@@ -607,3 +607,98 @@ class RateBucket(models.Model):
 
     def __str__(self):
         return f"{self.queue_name}: {self.tokens:.1f} tokens"
+
+
+class WorkflowState(models.TextChoices):
+    RUNNING = "running", "Running"
+    SLEEPING = "sleeping", "Sleeping"
+    WAITING = "waiting", "Waiting for a signal"
+    DONE = "done", "Done"
+    DEAD = "dead", "Dead at a step"
+
+
+class Workflow(models.Model):
+    """A task whose body calls steps (jobqueue.workflows): what its steps stored, so a retry, a
+    crash, a sleep or a replay resumes at the first unfinished step.
+
+    Its id is the id of the job first enqueued for it (what `enqueue` returned): the handle code
+    signals it by. A replay of its dead letter is a new job carrying the same workflow.
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    task_path = models.CharField(max_length=255)
+    # The job carrying it now (the first, or the latest replay of its dead letter).
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    state = models.CharField(
+        max_length=10, choices=WorkflowState.choices, default=WorkflowState.RUNNING
+    )
+    step = models.CharField(max_length=200, blank=True)  # the step it is at, or died at
+    wake_at = models.DateTimeField(null=True, blank=True)  # sleeping or waiting: until when
+    waiting_for = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["-updated_at", "-id"], name="jobqueue_workflow_upd_idx")]
+
+    def __str__(self):
+        return f"Workflow {self.pk} {self.task_path} [{self.state}]"
+
+
+class WorkflowStep(models.Model):
+    """One step of a workflow: a call (`step`), a durable sleep, a wait for a signal, or a
+    batch. Written once done; a failed attempt, a sleep's wake-up time and a batch's checkpoint
+    are written as they happen."""
+
+    class Kind(models.TextChoices):
+        CALL = "call", "Step"
+        SLEEP = "sleep", "Sleep"
+        WAIT = "wait", "Wait for a signal"
+        BATCH = "batch", "Batch"
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"  # started (a batch part way, a sleep or a wait)
+        FAILED = "failed", "Failed (will retry)"
+        DEAD = "dead", "Dead"
+        DONE = "done", "Done"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=5, choices=Kind.choices)
+    state = models.CharField(max_length=7, choices=State.choices)
+    attempts = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)  # a batch's progress while it runs
+    errors = models.JSONField(default=list)  # one entry per failed attempt
+    wake_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "name"], name="jobqueue_workflowstep_one_per_name"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.workflow_id}/{self.name} [{self.state}]"
+
+
+class WorkflowSignal(models.Model):
+    """An event sent to a workflow (jobqueue.workflows.signal): kept until the workflow's
+    `wait_for` of that name reads it; one per name, so sending it twice is one event."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="signals")
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    sent_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "name"], name="jobqueue_workflowsignal_one_per_name"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.workflow_id}:{self.name}"

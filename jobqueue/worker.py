@@ -43,7 +43,7 @@ from django.tasks.signals import (
 )
 from django.utils import timezone
 
-from jobqueue import schedules, store
+from jobqueue import schedules, store, workflows
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.conf import policy
@@ -54,6 +54,7 @@ from jobqueue.errors import (
     UnknownTask,
     class_path,
     classify,
+    exception_text,
 )
 from jobqueue.listener import Listener
 from jobqueue.logfmt import log_lines, logfmt
@@ -238,6 +239,7 @@ class Finished:
     error: BaseException | None = None
     formatted: str = ""
     permanent: bool = False  # fail without retry whatever the error's class
+    suspended: workflows.Suspend | None = None  # a workflow that waits (its job already does)
 
     @property
     def acknowledged_value(self):
@@ -621,12 +623,19 @@ class Worker(Loop):
             if task.takes_context or self._announce_start:
                 result = self.backend.result_for(job, task)
                 task_started.send(type(self.backend), task_result=result)
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
-            elif plain:  # what Task.call does for a function that is not a coroutine
-                value = task.func(*job.args, **job.kwargs)
-            else:
-                value = task.call(*job.args, **job.kwargs)
+            # What a workflow's steps read (jobqueue.workflows): this job, clock and database.
+            attempt = workflows.enter(job, self.clock, self.using)
+            returned = False
+            try:
+                if task.takes_context:
+                    value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+                elif plain:  # what Task.call does for a function that is not a coroutine
+                    value = task.func(*job.args, **job.kwargs)
+                else:
+                    value = task.call(*job.args, **job.kwargs)
+                returned = True
+            finally:
+                workflows.leave(attempt, returned=returned)
             try:
                 value = store.normalized(value)
                 stored = store.CheckedJSON(store.storable_json(value, "the return value"))
@@ -643,6 +652,18 @@ class Worker(Loop):
                     permanent=True,
                 )
             return Finished(job.id, time.monotonic() - started, value=value, stored=stored)
+        except workflows.Suspend as suspended:
+            # The workflow's job already waits (its transaction did that): only let go of it,
+            # before the heartbeat would try to extend a lease that is no longer there.
+            self.held.finish(job.pk)
+            log_event(
+                "suspended",
+                job,
+                until=suspended.until.isoformat(),
+                reason=suspended.reason,
+                duration_ms=f"{(time.monotonic() - started) * 1000:.1f}",
+            )
+            return Finished(job.pk, time.monotonic() - started, suspended=suspended)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
                 try:
@@ -724,8 +745,8 @@ class Worker(Loop):
             except queue.Empty:
                 break
             held = self.held.get(fin.job_id)
-            if held is None:
-                continue  # already given up on (timeout) or released
+            if held is None or fin.suspended:
+                continue  # given up on (timeout), released, or a workflow waiting
             if held.lost:
                 self.held.finish(fin.job_id)
                 continue
@@ -976,7 +997,9 @@ class Worker(Loop):
             jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
         )
         for job in jobs:
-            if job.pk not in kept:
+            # A job settled (or a workflow suspended) while the extension waited for the
+            # database was not lost: it is simply no longer running.
+            if job.pk not in kept and self.held.get(job.pk) is not None:
                 self._lease_lost(job, "heartbeat")
                 self.held.lose(job)
 
@@ -1035,14 +1058,6 @@ class Worker(Loop):
         )
         listener.start()
         return listener
-
-
-def exception_text(exc: BaseException) -> str:
-    """str(exc), which runs the task's own code and may itself fail."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the failure being stored
-        return f"<{type(exc).__name__}: str() failed>"
 
 
 class TaskCache:

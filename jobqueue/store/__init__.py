@@ -13,6 +13,7 @@ By concern:
     queues.py           queue pause and resume, audited
     job_actions.py      run a queued job now or cancel it, audited
     schedules.py        periodic jobs: sync, ticks (one job each), pause, resume, run now
+    workflows.py        workflows' steps, signals, batch checkpoints and bad items
     payloads.py         JSON and text every database stores
     postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement
 
@@ -20,7 +21,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
-from . import job_actions, queues, schedules
+from . import job_actions, queues, schedules, workflows
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -42,6 +43,7 @@ from .jobs import (
     prune_finished_jobs,
     rate_limits,
     release,
+    suspend,
     sweep_expired,
     throttled,
 )
@@ -95,6 +97,8 @@ __all__ = [
     "schedules",
     "storable_json",
     "storable_text",
+    "suspend",
     "sweep_expired",
     "throttled",
+    "workflows",
 ]

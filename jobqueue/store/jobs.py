@@ -24,7 +24,7 @@ from jobqueue.models import DeadLetter, Job, JobState, RateBucket, UniqueKey
 
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
-from .leases import JOBS, expired_entry
+from .leases import JOBS, NO_LEASE, expired_entry
 from .payloads import check_payload, dumps, storable_json
 
 logger = logging.getLogger("jobqueue.sweep")
@@ -477,6 +477,18 @@ def fail(
     now = now or timezone.now()
     with transaction.atomic(using=using):
         return _retire(job, error, retry_at=retry_at, now=now, using=using)
+
+
+def suspend(job: Job, *, until: datetime, now: datetime, using: str = "default") -> bool:
+    """A workflow waits (a durable sleep, a wait for a signal, a step's retry after its
+    backoff): ready again at `until`, its lease given back and the attempt not counted, so no
+    worker holds it meanwhile. False (nothing changed) if the lease is no longer ours."""
+    return (
+        JOBS.guard(job, now, using).update(
+            state=JobState.READY, run_after=until, attempts=max(job.attempts - 1, 0), **NO_LEASE
+        )
+        == 1
+    )
 
 
 def _retire(job, error, *, retry_at, now, using, require_live_lease=True) -> bool:

@@ -1,0 +1,195 @@
+"""Workflows' durable records (jobqueue.workflows is the code that calls them): the workflow row,
+each step's outcome, signals, batch checkpoints, and the dead letter of a batch's bad item.
+
+Every write that records progress is guarded by the lease of the job carrying the workflow
+(`hold`): only the attempt that owns the job may say a step is done, so a worker that lost its
+lease (and whose step a newer owner may be running) records nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connections
+from django.db.models import F
+from django.utils import timezone
+
+from jobqueue.errors import LeaseExpired
+from jobqueue.models import (
+    DeadLetter,
+    Job,
+    JobState,
+    Workflow,
+    WorkflowSignal,
+    WorkflowState,
+    WorkflowStep,
+)
+
+from . import dialects
+from .dead_letters import pending_fields
+from .leases import JOBS
+
+
+def root_id(job: Job, using: str) -> int:
+    """The workflow a job carries: its own id, or for a replay of a dead letter the id of the
+    job that letter was first written for (a replay that dies again keeps the same letter)."""
+    if job.replayed_from_id is None:
+        return job.pk
+    original = (
+        DeadLetter.objects.using(using)
+        .filter(pk=job.replayed_from_id)
+        .values_list("original_job_id", flat=True)
+        .first()
+    )
+    return original or job.pk
+
+
+def begin(job: Job, *, now: datetime, using: str) -> tuple[Workflow, dict[str, WorkflowStep]]:
+    """The workflow this attempt carries, made on its first step, and its steps so far.
+
+    When a new job carries it (a replay of its dead letter), the job is recorded and the steps
+    that failed start their retry budget afresh."""
+    workflow_id = root_id(job, using)
+    workflow, created = Workflow.objects.using(using).get_or_create(
+        pk=workflow_id,
+        defaults={
+            "task_path": job.task_path,
+            "job": job,
+            "started_at": now,
+            "updated_at": now,
+        },
+    )
+    if not created:
+        changes = {"state": WorkflowState.RUNNING, "wake_at": None, "waiting_for": ""}
+        if workflow.job_id != job.pk:
+            changes["job_id"] = job.pk
+            WorkflowStep.objects.using(using).filter(
+                workflow=workflow,
+                state__in=[WorkflowStep.State.FAILED, WorkflowStep.State.DEAD],
+            ).update(state=WorkflowStep.State.FAILED, attempts=0)
+        if any(getattr(workflow, name) != value for name, value in changes.items()):
+            for name, value in changes.items():
+                setattr(workflow, name, value)
+            workflow.updated_at = now
+            workflow.save(using=using, update_fields=[*changes, "updated_at"])
+    steps = {s.name: s for s in WorkflowStep.objects.using(using).filter(workflow=workflow)}
+    return workflow, steps
+
+
+def hold(job: Job, *, now: datetime, using: str) -> None:
+    """Lock the job's row while its lease is this attempt's; LeaseExpired otherwise. Called in
+    the transaction that records a step: on PostgreSQL the sweep waits for it to commit."""
+    if JOBS.guard(job, now, using).update(locked_until=F("locked_until")) != 1:
+        raise LeaseExpired(f"job {job.pk} is no longer this worker's: its step is not recorded")
+
+
+def save_step(
+    workflow: Workflow,
+    name: str,
+    kind: str,
+    *,
+    state: str,
+    now: datetime,
+    using: str,
+    known: WorkflowStep | None,
+    **fields,
+) -> WorkflowStep:
+    """Write a step's row (insert on its first outcome, update after)."""
+    if known is None:
+        known = WorkflowStep(workflow=workflow, name=name, kind=kind, started_at=now)
+    known.state = state
+    if state in (WorkflowStep.State.DONE, WorkflowStep.State.DEAD):
+        known.finished_at = now
+    for field, value in fields.items():
+        setattr(known, field, value)
+    known.save(using=using)
+    return known
+
+
+def set_state(workflow: Workflow, state: str, *, now: datetime, using: str, **fields) -> None:
+    workflow.state = state
+    workflow.updated_at = now
+    for field, value in fields.items():
+        setattr(workflow, field, value)
+    Workflow.objects.using(using).filter(pk=workflow.pk).update(
+        state=state, updated_at=now, **fields
+    )
+
+
+def take_signal(workflow: Workflow, name: str, using: str) -> WorkflowSignal | None:
+    """The signal `name` if it was sent, the workflow row locked (a signal sent meanwhile
+    waits for this transaction, then sees the workflow waiting and wakes it)."""
+    Workflow.objects.using(using).select_for_update().filter(pk=workflow.pk).exists()
+    return WorkflowSignal.objects.using(using).filter(workflow=workflow, name=name).first()
+
+
+def signal(workflow_id: int, name: str, payload, *, now: datetime | None, using: str) -> bool:
+    """Record the event; wake the workflow at once if it waits for it. False if it was sent
+    before (one event per name). Raises Workflow.DoesNotExist for an unknown workflow.
+    The caller holds a transaction."""
+    now = now or timezone.now()
+    workflow = Workflow.objects.using(using).select_for_update().get(pk=workflow_id)
+    if WorkflowSignal.objects.using(using).filter(workflow=workflow, name=name).exists():
+        return False
+    WorkflowSignal.objects.using(using).create(
+        workflow=workflow, name=name, payload=payload, sent_at=now
+    )
+    if workflow.state == WorkflowState.WAITING and workflow.waiting_for == name:
+        woken = Job.objects.using(using).filter(
+            pk=workflow.job_id, state=JobState.READY, run_after__gt=now
+        )
+        queues = list(woken.values_list("queue_name", flat=True))
+        if woken.update(run_after=now):
+            dialects.of(using).notify(connections[using], set(queues))
+    return True
+
+
+def bury_item(
+    *,
+    task_path: str,
+    queue_name: str,
+    backend: str,
+    item,
+    error: dict,
+    workflow: Workflow,
+    batch: str,
+    now: datetime,
+    using: str,
+) -> DeadLetter:
+    """A batch item that failed: a dead job of the batch's item task with the item as its one
+    argument, and its dead letter, so an operator can replay the item alone as a job."""
+    job = Job.objects.using(using).create(
+        task_path=task_path,
+        queue_name=queue_name,
+        backend=backend,
+        args=[item],
+        kwargs={},
+        state=JobState.DEAD,
+        run_after=now,
+        attempts=1,
+        max_attempts=1,
+        enqueued_at=now,
+        started_at=now,
+        last_attempted_at=now,
+        finished_at=now,
+        errors=[error],
+    )
+    fields = pending_fields(
+        error,
+        attempts=1,
+        now=now,
+        last_error=f"batch {batch!r} of workflow {workflow.pk}: {error['message']}",
+    )
+    return DeadLetter.objects.using(using).create(
+        job=job,
+        original_job_id=job.pk,
+        task_path=task_path,
+        queue_name=queue_name,
+        backend=backend,
+        args=[item],
+        kwargs={},
+        max_attempts=1,
+        errors=[error],
+        first_failed_at=now,
+        **fields,
+    )
