@@ -17,7 +17,7 @@ from django.tasks import task
 from django.utils import timezone
 
 from jobqueue.errors import PermanentError
-from jobqueue.workflows import sleep, step, step_key, step_options
+from jobqueue.workflows import batch, sleep, step, step_key, step_options
 
 SETUP_GRACE = timedelta(days=7)
 
@@ -89,3 +89,54 @@ def complete_setup(account_id: int) -> None:
     from demo.models import Account
 
     Account.objects.filter(pk=account_id).update(setup_completed_at=timezone.now())
+
+
+# A batch: contacts imported in chunks, a malformed one buried as its own dead letter.
+
+CONTACTS = [
+    "ada@example.com",
+    "grace@example.com",
+    "not-an-address",
+    "edsger@example.com",
+    "barbara@example.com",
+    "ken@",
+    "margaret@example.com",
+]
+
+
+def read_contacts(count: int) -> list[dict]:
+    """The rows to import, read once: the batch resumes over exactly these."""
+    return [{"row": n, "email": CONTACTS[n % len(CONTACTS)]} for n in range(count)]
+
+
+@task(queue_name="onboarding")
+def import_contact(contact: dict) -> None:
+    from demo.models import Account
+
+    local, _, domain = str(contact.get("email", "")).partition("@")
+    if not local or "." not in domain:
+        raise PermanentError(f"row {contact.get('row')}: malformed e-mail {contact.get('email')!r}")
+    Account.objects.create(email=contact["email"])
+
+
+@task(queue_name="onboarding")
+def contacts_imported(**summary) -> dict:
+    return summary
+
+
+@task(queue_name="onboarding")
+def import_contacts(count: int = 20) -> dict:
+    contacts = step("read_contacts", read_contacts, count)
+    result = batch("import", contacts, import_contact, chunk=5, on_complete=contacts_imported)
+    return {"imported": result.done, "failed": result.failed, "outcome": result.outcome}
+
+
+def seed(customers: int = 3) -> list[int]:
+    """Onboard a few customers (the last one's card is refused, so its workflow dies at its
+    first step) and start a contacts import; returns the workflows' ids."""
+    started = []
+    for n in range(customers):
+        card = "pm_card_visa" if n < customers - 1 else "tok_expired"
+        started.append(onboard_customer.enqueue(f"customer{n}@example.com", card, 4900).id)
+    started.append(import_contacts.enqueue(20).id)
+    return [int(pk) for pk in started]

@@ -21,7 +21,7 @@ from django.db import connections
 
 from config import secret_key
 from deadletters import django_q2_bridge as q2_bridge
-from demo import services
+from demo import onboarding, services
 from demo.models import Payment
 
 ACCOUNTS = (("operator", "operator"), ("viewer", "viewer"))
@@ -75,9 +75,10 @@ class Command(BaseCommand):
             self.wipe()
         call_command("migrate", verbosity=0)
         passwords = self.accounts(opts["password"])
-        seeded = 0
+        seeded, workflows = 0, []
         if not Payment.objects.exists():
             seeded = len(services.seed(payments=opts["payments"]))
+            workflows = onboarding.seed()
         connections.close_all()
 
         # Bind first: a port in use is a clear error before anything else starts.
@@ -97,7 +98,7 @@ class Command(BaseCommand):
             runworkers = len(workers)  # the qcluster joins the list (to be stopped), not the count
             if q2_bridge.enabled():
                 self.start_qcluster(workers, log_path)
-            self.announce(opts, passwords, seeded, runworkers, log_path, outage)
+            self.announce(opts, passwords, seeded, workflows, runworkers, log_path, outage)
             server.serve_forever()
         except KeyboardInterrupt:
             pass
@@ -115,7 +116,7 @@ class Command(BaseCommand):
         os.environ["SECRET_KEY"] = key
         settings.SECRET_KEY = key  # nothing has signed anything yet in this process
 
-    def announce(self, opts, passwords, seeded, runworkers, log_path, outage):
+    def announce(self, opts, passwords, seeded, workflows, runworkers, log_path, outage):
         url = f"http://{opts['host']}:{opts['port']}/deadletters/"
         database = connections["default"].settings_dict["NAME"]
         lines = [
@@ -124,6 +125,12 @@ class Command(BaseCommand):
             *(f"  {role + ':':<10} {name} / {passwords[name]}" for name, role in ACCOUNTS),
             f"  payments:  {seeded} seeded now, {Payment.objects.count()} in all",
         ]
+        if workflows:
+            lines.append(
+                f"  workflows: {len(workflows) - 1} customer onboardings (seed 000; the last card "
+                "is refused: dead at step charge_card, each other sleeps a week after its "
+                f"welcome e-mail) and a contacts import with bad rows: {url}workflows/"
+            )
         if outage is not None:
             lines.append(
                 f"  outage:    receipt service down until {outage.until:%H:%M:%S} UTC; "
