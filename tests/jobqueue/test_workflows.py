@@ -289,3 +289,18 @@ def test_a_batch_refuses_items_that_changed_since_it_started(sink):
 def test_the_sink_helper_reads_what_was_written(sink, tmp_path):
     Path(tmp_path / "sink.log").write_text("a\n")
     assert sink() == ["a"]
+
+
+def test_prune_drops_old_finished_workflows_with_their_steps_and_keeps_the_rest():
+    now = timezone.now()
+    old = now - timedelta(days=30)
+    for pk, state, at in [(1, "done", old), (2, "dead", old), (3, "done", now)]:
+        workflow = Workflow.objects.create(
+            pk=pk, task_path="t", state=state, started_at=at, updated_at=at
+        )
+        WorkflowStep.objects.create(
+            workflow=workflow, name="a", kind="call", state="done", started_at=at
+        )
+    assert store.workflows.prune_finished(older_than=timedelta(days=7), now=now) == 1
+    assert sorted(Workflow.objects.values_list("pk", flat=True)) == [2, 3]
+    assert sorted(WorkflowStep.objects.values_list("workflow_id", flat=True)) == [2, 3]

@@ -69,6 +69,10 @@ class Command(cli.Command):
         self.stdout.write(
             f"pruned {ticks} schedule tick record(s) older than {opts['jobs_older_than']:g} days"
         )
+        flows = store.workflows.prune_finished(older_than=timedelta(days=opts["jobs_older_than"]))
+        self.stdout.write(
+            f"pruned {flows} finished workflow(s) older than {opts['jobs_older_than']:g} days"
+        )
         cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])
         counters, _ = JobCounter.objects.filter(minute__lt=cutoff).delete()
         self.stdout.write(
