@@ -59,4 +59,6 @@ urlpatterns = [
     path("health/queues/", views.queue_control, name="queue-control"),
     path("schedules/", views.schedule_list, name="schedules"),
     path("schedules/act/", views.schedule_act, name="schedule-act"),
+    path("workflows/", views.workflow_list, name="workflows"),
+    path("workflows/<row_id:pk>/", views.workflow_detail, name="workflow"),
 ]

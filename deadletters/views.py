@@ -24,9 +24,9 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun
+from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
 
-from . import conf, jobs, redaction, selectors, services
+from . import conf, jobs, redaction, selectors, services, workflows
 from .forms import (
     AuditFilterForm,
     ConfirmForm,
@@ -239,7 +239,12 @@ def letter_detail(request, pk):
     return render(
         request,
         "deadletters/detail.html",
-        {"d": detail, "letter": detail.letter, **_detail_permissions(request.user, detail)},
+        {
+            "d": detail,
+            "letter": detail.letter,
+            "workflow_id": workflows.for_letter(detail.letter),
+            **_detail_permissions(request.user, detail),
+        },
     )
 
 
@@ -262,6 +267,7 @@ def reveal(request, pk):
             "d": detail,
             "letter": detail.letter,
             "revealed": True,
+            "workflow_id": workflows.for_letter(detail.letter),
             **_detail_permissions(request.user, detail),
         },
     )
@@ -520,6 +526,41 @@ def schedule_act(request):
     return HttpResponseRedirect(reverse("deadletters:schedules") + f"#schedule-{pk}")
 
 
+@require_GET
+@console_view
+def workflow_list(request):
+    """Recent workflows, most recently changed first, by state, keyset-paged."""
+    form = workflows.WorkflowFilterForm(request.GET)
+    state = form.applied_state()
+    cursors = form.cleaned_data
+    context = {
+        "form": form,
+        "state": state,
+        "page": workflows.page(state, after=cursors.get("after"), before=cursors.get("before")),
+        "filter_query": form.query(),
+        "states": workflows.STATES,
+    }
+    return render_page(request, "deadletters/workflows.html", "workflow-results", context)
+
+
+WORKFLOW_GONE = (
+    "A workflow's id is the id of the job first enqueued for it; a task that never called a "
+    "step is no workflow, or the link has a typo."
+)
+
+
+@require_GET
+@console_view
+def workflow_detail(request, pk):
+    """One workflow's timeline: its steps, what they stored (masked), failures, signals."""
+    try:
+        detail = workflows.detail(pk)
+    except Workflow.DoesNotExist:
+        raise NotFound("workflow", pk, WORKFLOW_GONE) from None
+    context = {"d": detail, "workflow": detail.workflow}
+    return render_page(request, "deadletters/workflow.html", "timeline", context)
+
+
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
 
 
@@ -555,6 +596,7 @@ def job_detail(request, pk):
     context = {
         "d": detail,
         "job": detail.job,
+        "workflow_id": workflows.for_job(detail.job),
         "can_act": request.user.has_perm(ACT_ON_JOB) and detail.state in jobs.WAITING,
     }
     return render(request, "deadletters/job.html", context)

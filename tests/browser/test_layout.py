@@ -13,7 +13,15 @@ from playwright.sync_api import expect
 from deadletters import services
 from deadletters.models import ReplayRun
 from jobqueue import store
-from jobqueue.models import JobCounter, Schedule, ScheduleRun, WorkerRecord
+from jobqueue.models import (
+    JobCounter,
+    Schedule,
+    ScheduleRun,
+    WorkerRecord,
+    Workflow,
+    WorkflowSignal,
+    WorkflowStep,
+)
 from tests.browser.test_console import login
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
@@ -89,6 +97,58 @@ def schedule_pages():
     )
 
 
+def workflow_page(letters) -> int:
+    """A workflow dead at a step after a batch, with long names, results, an error and a
+    signal: its page at its widest."""
+    now = timezone.now()
+    job = JobFactory(dead=True, task_path=LONG_TASK)
+    workflow = Workflow.objects.create(
+        pk=job.pk,
+        task_path=LONG_TASK,
+        job=job,
+        state="dead",
+        step="provision-the-customer-account-in-every-region-and-wait-for-replication",
+        started_at=now - timedelta(hours=1),
+        updated_at=now,
+    )
+    steps = [
+        ("charge", "call", "done", {"charge_id": "ch_" + "x" * 200, "api_key": "sk_live"}),
+        ("wait:setup_done", "wait", "done", {"signal": {"note": "y" * 300}, "sent_at": "now"}),
+        ("sleep-1", "sleep", "done", None),
+        (
+            "import",
+            "batch",
+            "done",
+            {
+                "total": 3000,
+                "next": 3000,
+                "done": 2998,
+                "failed": 2,
+                "digest": "d",
+                "dead_letters": [letters[0].pk, letters[1].pk],
+            },
+        ),
+        (workflow.step, "call", "dead", None),
+    ]
+    for minute, (name, kind, state, result) in enumerate(steps):
+        WorkflowStep.objects.create(
+            workflow=workflow,
+            name=name,
+            kind=kind,
+            state=state,
+            attempts=3 if state == "dead" else 1,
+            result=result,
+            errors=job.errors if state == "dead" else [],
+            wake_at=now if kind in ("sleep", "wait") else None,
+            started_at=now - timedelta(minutes=60 - minute),
+            finished_at=now,
+        )
+    WorkflowSignal.objects.create(
+        workflow=workflow, name="setup_done", payload={"note": "y" * 300}, sent_at=now
+    )
+    return workflow.pk
+
+
 def console_pages(live_server, operator):
     """Every page of the console an operator reaches, by path."""
     letters, died_again = console_data()
@@ -108,7 +168,10 @@ def console_pages(live_server, operator):
         operator=operator, action="cancel", ids=[waiting.pk]
     )
     schedule_pages()
+    workflow = workflow_page(letters)
     return {
+        "workflows": "/deadletters/workflows/",
+        "workflow": f"/deadletters/workflows/{workflow}/",
         "schedules": "/deadletters/schedules/",
         "job-waiting": f"/deadletters/jobs/{waiting.pk}/",
         "job-confirm": f"/deadletters/jobs/selections/{job_selection.pk}/",

@@ -36,7 +36,9 @@ from deadletters.forms import (
 )
 from deadletters.models import ReplayRun, Selection
 from deadletters.selectors import MAX_ID
+from deadletters.workflows import WorkflowFilterForm
 from jobqueue import store
+from jobqueue.models import Workflow, WorkflowStep
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 from .conftest import user_with_role
@@ -87,7 +89,7 @@ PLAUSIBLE = {
     "allow_poisoned": st.just("on"),
     "rate": st.sampled_from(["", "0", "5"]),
     "job_type": st.just("shop.send_receipt"),
-    "state": st.just("pending"),
+    "state": st.sampled_from(["pending", "dead", "waiting"]),
     "order": st.just("oldest"),
     "source": st.just("jobqueue"),
 }
@@ -152,6 +154,8 @@ ENDPOINTS = {
     "job-confirm": (["GET", "POST"], list(JobConfirmForm.base_fields), "jobs/selections/{jobs}/"),
     "schedules": (["GET"], [], "schedules/"),
     "schedule-act": (["POST"], list(ScheduleActionForm.base_fields), "schedules/act/"),
+    "workflows": (["GET"], list(WorkflowFilterForm.base_fields), "workflows/"),
+    "workflow": (["GET"], [], "workflows/{workflow}/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -169,7 +173,7 @@ def requests(draw):
     methods, params, template = {**ENDPOINTS, **OUTSIDE}[name]
     segments = {
         key: draw(path_ids(key))
-        for key in ("letter", "selection", "run", "job", "jobs")
+        for key in ("letter", "selection", "run", "job", "jobs", "workflow")
         if f"{{{key}}}" in template
     }
     command = draw(st.sampled_from(["pause", "resume", "cancel", "explode"]))
@@ -207,7 +211,27 @@ class World:
             "run": [],
             "job": [dl.job_id for dl in letters],
             "jobs": [],
+            "workflow": [],
         }
+        for dl in letters[:2]:  # workflows dead at a step, with a batch's letters
+            workflow = Workflow.objects.create(
+                pk=dl.job_id,
+                task_path=dl.task_path,
+                job_id=dl.job_id,
+                state="dead",
+                step="charge",
+                started_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
+            WorkflowStep.objects.create(
+                workflow=workflow,
+                name="import",
+                kind="batch",
+                state="done",
+                result={"total": 2, "next": 2, "done": 1, "failed": 1, "dead_letters": [dl.pk]},
+                started_at=timezone.now(),
+            )
+            self.rows["workflow"].append(workflow.pk)
         waiting = [JobFactory().pk for _ in range(3)]
         store.schedules.upsert(
             "nightly",
