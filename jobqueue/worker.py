@@ -314,6 +314,7 @@ class Worker(Loop):
         self._last_record = 0.0
         self._last_schedule = float("-inf")
         self._claimed_empty = False  # burst mode: the last claim found nothing
+        self._executions = 0  # jobs handlers finished running (burst: see _claimed_empty)
         # The threads whose connections are the queue's own (main, settler): named and given a
         # lock timeout; handlers' connections are the tasks' and left as the project made them.
         self._queue_threads: set[int] = set()
@@ -453,6 +454,7 @@ class Worker(Loop):
             if sweep:
                 self._last_sweep = now_mono
             claim_started = time.monotonic()
+            executions = self._executions
             swept_dead: list[Job] = []
             jobs = store.claim(
                 worker_id=self.worker_id,
@@ -466,8 +468,12 @@ class Worker(Loop):
             )
             for job in swept_dead:  # finished too: their owner died on their last attempt
                 self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
-            self._claimed_empty = not jobs and not (
-                self.burst and store.throttled(self.queues, now=self.clock(), using=self.using)
+            self._claimed_empty = (
+                not jobs
+                and executions == self._executions
+                and not (
+                    self.burst and store.throttled(self.queues, now=self.clock(), using=self.using)
+                )
             )
             if jobs:
                 fault_point("after_claim")
@@ -593,6 +599,9 @@ class Worker(Loop):
                     continue
                 try:
                     outcome = self._execute(job)
+                    # A job may have enqueued another (a batch's completion, a continuation):
+                    # a claim that began before it finished cannot call the queue empty.
+                    self._executions += 1
                     self.held.returned(held)
                     self.finished.put(outcome)
                 finally:

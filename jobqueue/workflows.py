@@ -165,6 +165,7 @@ class Attempt:
     seen: set[str] = field(default_factory=set)
     sleeps: int = 0
     current: str | None = None  # the step running now (step_key)
+    in_item: bool = False  # a batch's item task runs now: not a place for steps
 
 
 _attempt: ContextVar[Attempt | None] = ContextVar("redrive_attempt", default=None)
@@ -223,9 +224,12 @@ def step(name: str, fn: Callable, /, *args, **kwargs):
     try:
         if options.atomic:
             with transaction.atomic(using=using):
-                store.workflows.hold(job, now=attempt.clock(), using=using)
                 value = _storable(name, target(*args, **kwargs))
                 fault_point("after_effect", name)
+                # The lease is checked (and the job's row locked) after the work, not before:
+                # a lock held through the step would stall the heartbeat that extends it.
+                # A lease lost meanwhile rolls the step's writes back with it.
+                store.workflows.hold(job, now=attempt.clock(), using=using)
                 record = _record_done(attempt, name, WorkflowStep.Kind.CALL, known, value)
         else:
             value = _storable(name, target(*args, **kwargs))
@@ -380,6 +384,8 @@ def batch(
     name = _claim_name(attempt, name)
     if not isinstance(handler, Task):
         raise WorkflowError(f"batch {name!r}: the handler must be a task (@task), not {handler!r}")
+    if handler.takes_context:
+        raise WorkflowError(f"batch {name!r}: the item task takes one argument, not a context")
     if on_complete is not None and not isinstance(on_complete, Task):
         raise WorkflowError(f"batch {name!r}: on_complete must be a task")
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
@@ -406,12 +412,12 @@ def batch(
         part = items[start : start + chunk]
         with transaction.atomic(using=using):
             now = attempt.clock()
-            store.workflows.hold(job, now=now, using=using)
             for item in part:
                 if _run_item(attempt, name, handler, item, progress, now):
                     progress["done"] += 1
             progress["next"] = start + len(part)
             fault_point("in_chunk", name)
+            store.workflows.hold(job, now=attempt.clock(), using=using)  # as in step()
             finished = progress["next"] >= len(items)
             state = WorkflowStep.State.DONE if finished else WorkflowStep.State.PENDING
             known = _save(
@@ -441,7 +447,11 @@ def _run_item(attempt: Attempt, name: str, handler: Task, item, progress: dict, 
     """One item in a savepoint: True if it ran; else its writes roll back and it is buried."""
     try:
         with transaction.atomic(using=attempt.using):
-            handler.func(item)
+            attempt.in_item = True
+            try:
+                handler.call(item)
+            finally:
+                attempt.in_item = False
         return True
     except (Suspend, LeaseExpired):
         raise
@@ -497,6 +507,8 @@ def _begun(what: str) -> Attempt:
             f"{what}() runs inside a task run by a Redrive worker: enqueue the task instead "
             "of calling it"
         )
+    if attempt.in_item:
+        raise WorkflowError(f"{what}() inside a batch's item task: an item is one unit of work")
     if attempt.workflow is None:
         attempt.workflow, attempt.steps = store.workflows.begin(
             attempt.job, now=attempt.clock(), using=attempt.using
