@@ -221,6 +221,7 @@ def step(name: str, fn: Callable, /, *args, **kwargs):
     using, job = attempt.using, attempt.job
     fault_point("before", name)
     attempt.current = name
+    started = attempt.clock()
     try:
         if options.atomic:
             with transaction.atomic(using=using):
@@ -230,17 +231,17 @@ def step(name: str, fn: Callable, /, *args, **kwargs):
                 # a lock held through the step would stall the heartbeat that extends it.
                 # A lease lost meanwhile rolls the step's writes back with it.
                 store.workflows.hold(job, now=attempt.clock(), using=using)
-                record = _record_done(attempt, name, WorkflowStep.Kind.CALL, known, value)
+                record = _record_done(attempt, name, known, value, started)
         else:
             value = _storable(name, target(*args, **kwargs))
             fault_point("after_effect", name)
             with transaction.atomic(using=using):
                 store.workflows.hold(job, now=attempt.clock(), using=using)
-                record = _record_done(attempt, name, WorkflowStep.Kind.CALL, known, value)
+                record = _record_done(attempt, name, known, value, started)
     except (Suspend, LeaseExpired):
         raise
     except Exception as exc:  # noqa: BLE001 - every failure of a step is recorded
-        _step_failed(attempt, name, known, options, exc)
+        _step_failed(attempt, name, known, options, exc, started)
     finally:
         attempt.current = None
     fault_point("after_record", name)
@@ -392,7 +393,8 @@ def batch(
         raise WorkflowError(f"batch {name!r}: chunk must be a positive integer")
     items = list(items)
     try:
-        digest = hashlib.sha256(store.dumps(items).encode()).hexdigest()
+        # Checked as a payload is (each item may become a dead job's argument).
+        digest = hashlib.sha256(store.storable_json(items, "batch items").encode()).hexdigest()
     except (TypeError, ValueError) as exc:
         raise WorkflowError(f"batch {name!r}: items must be JSON: {exc}") from None
     known = attempt.steps.get(name)
@@ -566,17 +568,18 @@ def _save(attempt, name, kind, known, *, now, state, **fields) -> WorkflowStep:
     )
 
 
-def _record_done(attempt, name, kind, known, value) -> WorkflowStep:
-    attempts = (known.attempts if known is not None else 0) + 1
+def _record_done(attempt, name, known, value, started) -> WorkflowStep:
+    first = {"started_at": started} if known is None else {}
     return _save(
         attempt,
         name,
-        kind,
+        WorkflowStep.Kind.CALL,
         known,
         now=attempt.clock(),
         state=WorkflowStep.State.DONE,
         result=value,
-        attempts=attempts,
+        attempts=(known.attempts if known is not None else 0) + 1,
+        **first,
     )
 
 
@@ -596,7 +599,7 @@ def _wait_until(attempt, until, state, name, *, now, waiting_for="") -> None:
         raise LeaseExpired(f"job {attempt.job.pk} is no longer this worker's")
 
 
-def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Exception):
+def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Exception, started):
     """Record the failed attempt; raise Suspend (retry after the step's backoff) or StepFailed."""
     now = attempt.clock()
     attempts = (known.attempts if known is not None else 0) + 1
@@ -626,6 +629,7 @@ def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Excep
             state=state,
             attempts=attempts,
             errors=errors,
+            **({"started_at": started} if known is None else {}),
         )
         if dead:
             store.workflows.set_state(

@@ -23,6 +23,9 @@ from jobqueue.models import (
     ScheduleAction,
     ScheduleRun,
     WorkerRecord,
+    Workflow,
+    WorkflowSignal,
+    WorkflowStep,
 )
 
 
@@ -79,6 +82,9 @@ def row_counts() -> dict:
         Schedule,
         ScheduleRun,
         ScheduleAction,
+        Workflow,
+        WorkflowStep,
+        WorkflowSignal,
         get_user_model(),
         Group,
     ]

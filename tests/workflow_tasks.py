@@ -104,3 +104,8 @@ def importer(n, chunk=100):
     items = step("items", numbers, n)
     result = batch("import", items, item, chunk=chunk, on_complete=batch_done)
     return {"done": result.done, "failed": result.failed, "letters": result.dead_letters}
+
+
+@task
+def unstorable_batch():
+    return batch("import", [{"n": 0}, {"n": 1, "text": "nul \x00 inside"}], item)

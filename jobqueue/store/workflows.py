@@ -128,7 +128,23 @@ def signal(workflow_id: int, name: str, payload, *, now: datetime | None, using:
     before (one event per name). Raises Workflow.DoesNotExist for an unknown workflow.
     The caller holds a transaction."""
     now = now or timezone.now()
-    workflow = Workflow.objects.using(using).select_for_update().get(pk=workflow_id)
+    workflow = Workflow.objects.using(using).select_for_update().filter(pk=workflow_id).first()
+    if workflow is None:
+        # Enqueued and not yet at its first step: its record begins here, so the signal waits
+        # for it (the workflow's id is its first job's).
+        job = (
+            Job.objects.using(using)
+            .filter(pk=workflow_id, replayed_from__isnull=True)
+            .exclude(state__in=[JobState.DONE, JobState.DEAD, JobState.CANCELLED])
+            .first()
+        )
+        if job is None:
+            raise Workflow.DoesNotExist(f"no workflow {workflow_id}")
+        workflow, _ = Workflow.objects.using(using).get_or_create(
+            pk=job.pk,
+            defaults={"task_path": job.task_path, "job": job, "started_at": now, "updated_at": now},
+        )
+        workflow = Workflow.objects.using(using).select_for_update().get(pk=job.pk)
     if WorkflowSignal.objects.using(using).filter(workflow=workflow, name=name).exists():
         return False
     WorkflowSignal.objects.using(using).create(

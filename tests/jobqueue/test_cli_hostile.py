@@ -13,7 +13,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jobqueue.models import Job
+from jobqueue.models import Job, Workflow, WorkflowSignal
 from tests.cli import command, row_counts, run
 from tests.conftest import BASE_DIR
 from tests.factories import JobFactory
@@ -119,6 +119,13 @@ def test_enqueue_reports_a_database_refusal_as_a_usage_error(monkeypatch):
         ("enqueue", ["tests.tasks.add", "--kwargs", "[" * 100_000]),
         ("jobs", ["--task", "a\x00b"]),
         ("jobs", ["--task", "\udcff"]),
+        ("workflows", ["show", "x"]),
+        ("workflows", ["show", HUGE]),
+        ("workflows", ["show", "424242"]),
+        ("workflows", ["list", "--state", "ready"]),
+        ("workflows", ["signal", "1", ""]),
+        ("workflows", ["signal", "1", "go", "--payload", "[NaN]"]),
+        ("workflows", ["signal", "1", "go", "--payload", "{"]),
     ],
 )
 def test_other_bad_arguments_are_refused_cleanly(name, argv):
@@ -391,6 +398,41 @@ def test_runrelay_arguments(argv):
     parsed, _ = parse_only("runrelay", argv)
     if parsed is not None:
         assert parsed.batch is None or 1 <= parsed.batch <= 10_000
+
+
+WORKFLOW_IDS = st.one_of(st.sampled_from(["1", "2"]), INTEGERS, TEXTS)
+
+
+@HYPOTHESIS
+@given(
+    st.one_of(
+        options(
+            {"--state": st.one_of(st.sampled_from(["waiting", "dead"]), TEXTS),
+             "--limit": INTEGERS, "--json": FLAG},
+            positionals=st.just(["list"]),
+        ),
+        options(
+            {"--json": FLAG, "--results": FLAG},
+            positionals=WORKFLOW_IDS.map(lambda i: ["show", i]),
+        ),
+        options(
+            {"--payload": JSONS, "--json": FLAG},
+            positionals=st.tuples(WORKFLOW_IDS, st.one_of(st.just("go"), TEXTS)).map(
+                lambda t: ["signal", *t]
+            ),
+        ),
+        st.lists(TEXTS, max_size=3).map(lambda rest: ["signal", *rest]),
+    )
+)  # fmt: skip
+def test_workflows_arguments(argv):
+    now = timezone.now()
+    Workflow.objects.get_or_create(
+        pk=1, defaults={"task_path": "tests.tasks.noop", "started_at": now, "updated_at": now}
+    )
+    signals = WorkflowSignal.objects.count()
+    result = check("workflows", argv)
+    if result.code == 2:
+        assert WorkflowSignal.objects.count() == signals, argv
 
 
 def test_enqueue_of_a_payload_the_database_cannot_store_is_refused_cleanly(transactional_db):

@@ -18,6 +18,7 @@ from jobqueue.models import (
     WorkflowStep,
 )
 from jobqueue.workflows import WorkflowError, signal, sleep, step
+from tests import tasks
 from tests import workflow_tasks as wf
 from tests.jobqueue.test_worker import Clock, burst
 
@@ -170,18 +171,21 @@ def test_wait_for_resumes_on_the_signal_with_its_payload(sink):
     assert job.state == JobState.DONE and job.return_value == {"got": {"ok": 1}}
 
 
-def test_a_signal_sent_before_the_wait_is_there_when_it_arrives(sink):
-    clock = Clock()
-    result = wf.sleeper.enqueue("early", 60)
-    burst(clock=clock)
-    assert signal(result.id, "unrelated") is True  # the workflow exists once it has begun
+def test_a_signal_sent_before_the_workflow_starts_is_there_when_it_waits(sink):
     result = wf.waiter.enqueue("w2", 3600)
-    Workflow.objects.create(
-        pk=result.id, task_path="x", started_at=timezone.now(), updated_at=timezone.now()
-    )
-    signal(result.id, "go", [1, 2])
-    burst(clock=clock)
+    assert signal(result.id, "go", [1, 2]) is True  # enqueued, not yet run
+    assert signal(result.id, "go", [3]) is False
+    burst()
     assert Job.objects.get(pk=result.id).return_value == {"got": [1, 2]}
+    assert Workflow.objects.get(pk=result.id).state == WorkflowState.DONE
+
+
+def test_a_signal_to_a_finished_job_that_never_was_a_workflow_is_refused(sink):
+    result = tasks.noop.enqueue(1)
+    burst()
+    with pytest.raises(LookupError):
+        signal(result.id, "go")
+    assert not Workflow.objects.exists()
 
 
 def test_wait_for_times_out_on_the_injected_clock(sink):
@@ -304,3 +308,13 @@ def test_prune_drops_old_finished_workflows_with_their_steps_and_keeps_the_rest(
     assert store.workflows.prune_finished(older_than=timedelta(days=7), now=now) == 1
     assert sorted(Workflow.objects.values_list("pk", flat=True)) == [2, 3]
     assert sorted(WorkflowStep.objects.values_list("workflow_id", flat=True)) == [2, 3]
+
+
+def test_a_batch_of_items_no_database_can_store_is_refused_before_any_runs(sink):
+    result = wf.unstorable_batch.enqueue()
+    burst()
+    job = Job.objects.get(pk=result.id)
+    assert job.state == JobState.DEAD
+    assert "batch items" in DeadLetter.objects.get(job=job).last_error
+    assert not Execution.objects.filter(job_type="tests.item").exists()
+

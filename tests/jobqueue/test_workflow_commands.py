@@ -1,0 +1,241 @@
+"""`manage.py workflows`: list, show (results hidden unless asked) and signal, run as the shell
+would; refusals are status 2 in one line and change nothing."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from jobqueue.models import DeadLetter, Job, JobState, Workflow, WorkflowSignal, WorkflowState
+from tests import workflow_tasks as wf
+from tests.cli import row_counts, run
+from tests.jobqueue.test_worker import burst
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HUGE = str(2**64)
+SECRET = "hunter2-secret"
+
+
+@pytest.fixture
+def sink(tmp_path, monkeypatch):
+    monkeypatch.setenv("REDRIVE_TEST_SINK", str(tmp_path / "sink.log"))
+    monkeypatch.setitem(wf.BROKEN, "step", True)
+
+
+def waiting_workflow() -> int:
+    result = wf.waiter.enqueue("w", 3600)
+    burst()
+    assert Workflow.objects.get(pk=result.id).state == WorkflowState.WAITING
+    return int(result.id)
+
+
+def snapshot() -> dict:
+    """Everything a refused command must leave as it was, workflows included."""
+    return {
+        **row_counts(),
+        "workflows": list(
+            Workflow.objects.order_by("pk").values_list("pk", "state", "updated_at", "wake_at")
+        ),
+        "signals": WorkflowSignal.objects.count(),
+        "jobs": list(Job.objects.order_by("pk").values_list("pk", "state", "run_after")),
+    }
+
+
+def test_list_newest_first_with_state_filter_limit_and_json(sink):
+    assert run("workflows", "list").out.strip() == "no workflows"
+    done = wf.three_steps.enqueue("k")
+    burst()
+    dead = wf.breaks_at_second.enqueue("z", permanent=True)
+    burst()
+    waiting = waiting_workflow()
+    # The done one changed last.
+    Workflow.objects.filter(pk=done.id).update(updated_at=timezone.now() + timedelta(seconds=5))
+
+    lines = run("workflows", "list").out.splitlines()
+    assert [int(line.split()[0]) for line in lines] == [int(done.id), waiting, int(dead.id)]
+    row = next(line for line in lines if int(line.split()[0]) == waiting)
+    assert "waiting" in row and "tests.workflow_tasks.waiter" in row
+    assert "step='wait:go'" in row and "waiting_for='go' until=" in row and f"job={waiting}" in row
+    assert "step='second'" in next(line for line in lines if "dead" in line)
+
+    listed = [json.loads(line) for line in run("workflows", "list", "--json").out.splitlines()]
+    assert [r["id"] for r in listed] == [int(done.id), waiting, int(dead.id)]
+    assert listed[1] | {"wake_at": None, "started_at": None, "updated_at": None} == {
+        "id": waiting,
+        "task_path": "tests.workflow_tasks.waiter",
+        "state": "waiting",
+        "step": "wait:go",
+        "wake_at": None,
+        "waiting_for": "go",
+        "job_id": waiting,
+        "started_at": None,
+        "updated_at": None,
+    }
+    assert listed[1]["wake_at"] is not None
+
+    only_dead = run("workflows", "list", "--state", "dead", "--json").out.splitlines()
+    assert [json.loads(line)["id"] for line in only_dead] == [int(dead.id)]
+    limited = run("workflows", "list", "--limit", "1")
+    assert limited.out.splitlines()[-1] == "… 2 more; use --limit"
+    as_json = run("workflows", "list", "--limit", "1", "--json")
+    assert len(as_json.out.splitlines()) == 1 and as_json.err.strip() == "… 2 more; use --limit"
+    assert run("workflows", "list", "--state", "sleeping").out.strip() == "no workflows"
+
+
+def test_show_prints_steps_in_order_and_hides_results_unless_asked(sink):
+    result = wf.three_steps.enqueue(SECRET)
+    burst()
+    hidden = run("workflows", "show", str(result.id))
+    assert hidden.code == 0, hidden
+    assert SECRET not in hidden.out.lower()
+    lines = hidden.out.splitlines()
+    assert lines[0] == f"workflow {result.id} tests.workflow_tasks.three_steps"
+    assert "state    done" in hidden.out
+    steps = [line for line in lines if "attempts=" in line]
+    assert [line.split()[1] for line in steps] == ["'a'", "'b'", "'c'"]
+    assert all("[call] done attempts=1" in line and "finished=" in line for line in steps)
+    assert "result object {'key', 'first'}" in hidden.out  # its shape, not its values
+    assert "result string (16 bytes)" in hidden.out
+    assert "(values hidden: --results prints them)" in hidden.out
+
+    shown = run("workflows", "show", str(result.id), "--results")
+    assert SECRET in shown.out and SECRET.upper() in shown.out
+    assert "values hidden" not in shown.out
+
+    data = json.loads(run("workflows", "show", str(result.id), "--json").out)
+    assert (data["state"], data["job_state"], data["dead_letter"]) == ("done", "done", None)
+    assert [s["name"] for s in data["steps"]] == ["a", "b", "c"]
+    assert data["steps"][1]["result_summary"] == {
+        "type": "object",
+        "keys": ["key", "first"],
+        "key_count": 2,
+        "bytes": len(json.dumps({"key": SECRET, "first": True})),
+    }
+    assert "result" not in data["steps"][1] and SECRET not in json.dumps(data).lower()
+    revealed = json.loads(run("workflows", "show", str(result.id), "--json", "--results").out)
+    assert revealed["steps"][1]["result"] == {"key": SECRET, "first": True}
+
+
+def test_show_of_a_dead_workflow_names_the_error_and_the_letter_to_replay(sink):
+    result = wf.breaks_at_second.enqueue("z", permanent=True)
+    burst()
+    out = run("workflows", "show", str(result.id)).out
+    letter = DeadLetter.objects.get(original_job_id=result.id)
+    assert "state    dead" in out and "step     'second'" in out
+    assert "error  jobqueue.errors.PermanentError: z refused" in out
+    assert f"letter   {letter.pk} (pending)" in out
+    assert f"manage.py deadletters replay {letter.pk} --reason" in out
+    data = json.loads(run("workflows", "show", str(result.id), "--json").out)
+    assert data["dead_letter"] == {"id": letter.pk, "state": "pending"}
+    assert data["steps"][1]["last_error"]["class"] == "jobqueue.errors.PermanentError"
+    assert data["steps"][1]["state"] == "dead"
+
+
+def test_signal_wakes_a_waiting_workflow_and_a_second_one_is_already_sent(sink):
+    workflow_id = waiting_workflow()
+    before = Job.objects.get(pk=workflow_id).run_after
+    assert before > timezone.now() + timedelta(minutes=59)
+    result = run("workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 1}')
+    assert result.code == 0, result
+    assert "delivered; it was waiting for it and runs again now" in result.out
+    assert Job.objects.get(pk=workflow_id).run_after <= timezone.now()
+
+    again = run("workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 2}', "--json")
+    assert again.code == 0, again
+    assert json.loads(again.out) | {"sent_at": None} == {
+        "workflow": workflow_id,
+        "event": "go",
+        "delivered": False,
+        "woke": False,
+        "state": "waiting",
+        "sent_at": None,
+    }
+    burst()
+    job = Job.objects.get(pk=workflow_id)
+    assert job.state == JobState.DONE and job.return_value == {"got": {"ok": 1}}
+    # Shown afterwards: the signal with its payload hidden.
+    out = run("workflows", "show", str(workflow_id)).out
+    assert "signal 'go' sent" in out and "object {'ok'}" in out
+
+
+def test_signal_to_a_workflow_not_waiting_for_it_is_kept_for_later(sink):
+    done = wf.three_steps.enqueue("k")
+    burst()
+    result = run("workflows", "signal", str(done.id), "late")
+    assert result.code == 0 and "the workflow is done: nothing will read it" in result.out
+    data = json.loads(
+        run("workflows", "signal", str(done.id), "other", "--payload", "[1]", "--json").out
+    )
+    assert (data["delivered"], data["woke"], data["state"]) == (True, False, "done")
+    assert WorkflowSignal.objects.filter(workflow_id=done.id).count() == 2
+    assert WorkflowSignal.objects.get(name="late").payload == {}  # no --payload: {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", "abc"], "must be a workflow id"),
+        (["show", HUGE], "must be between 1 and"),
+        (["show", "0"], "must be between 1 and"),
+        (["show", "-5"], None),
+        (["show", "424242"], "no workflow 424242"),
+        (["signal", "abc", "go"], "must be a workflow id"),
+        (["signal", HUGE, "go"], "must be between 1 and"),
+        (["signal", "424242", "go"], "no workflow 424242"),
+        (["signal", "{id}", "go", "--payload", "{"], "--payload is not valid JSON"),
+        (["signal", "{id}", "go", "--payload", '{"x": NaN}'], "payload must be JSON"),
+        (["signal", "{id}", "go", "--payload", "[1e999]"], "payload must be JSON"),
+        (["signal", "{id}", "go", "--payload", '"a\\u0000b"'], "NUL"),
+        (["signal", "{id}", "go", "--payload", '"\\ud800"'], "payload must be JSON"),
+        (["signal", "{id}", "go", "--payload", "[" * 100_000], "not valid JSON"),
+        (["signal", "{id}", "go", "--payload", json.dumps("x" * 2_000_000)], "over the"),
+        (["signal", "{id}", ""], "may not be empty"),
+        (["signal", "{id}", "  "], "may not be empty"),
+        (["signal", "{id}", "e" * 201], "at most 200 characters"),
+        (["signal", "{id}", "a\x00b"], "NUL"),
+        (["signal", "{id}"], "required"),
+        (["list", "--state", "ready"], "invalid choice"),
+        (["list", "--limit", "0"], "--limit"),
+        (["list", "--limit", HUGE], "--limit"),
+        (["explode"], "invalid choice"),
+    ],
+)
+def test_hostile_arguments_are_refused_cleanly_and_change_nothing(sink, argv, message):
+    workflow_id = waiting_workflow()
+    argv = [a.replace("{id}", str(workflow_id)) for a in argv]
+    before = snapshot()
+    result = run("workflows", *argv)
+    assert result.refused_cleanly, result
+    assert "Traceback" not in result.err
+    if message:
+        assert message in result.err, result.err
+    assert snapshot() == before
+
+
+def test_a_workflow_not_begun_is_named_by_show_and_takes_a_signal(sink):
+    result = wf.waiter.enqueue("early", 60)  # not run yet: no workflow row
+    refused = run("workflows", "show", str(result.id))
+    assert refused.refused_cleanly, refused
+    assert f"no workflow {result.id} (job {result.id} exists" in refused.err
+    sent = run("workflows", "signal", str(result.id), "go", "--payload", '{"early": true}')
+    assert sent.code == 0, sent
+    assert WorkflowSignal.objects.get().payload == {"early": True}
+    burst()
+    assert Job.objects.get(pk=result.id).return_value == {"got": {"early": True}}
+
+
+def test_call_command_refusals_are_command_errors_with_status_2(sink):
+    workflow_id = waiting_workflow()
+    for argv in (
+        ["show", "nope"],
+        ["show", "99999"],
+        ["signal", str(workflow_id), "go", "--payload", "[NaN]"],
+        ["signal", str(workflow_id), ""],
+    ):
+        with pytest.raises(CommandError) as info:
+            call_command("workflows", *argv)
+        assert info.value.returncode == 2, argv
+    assert not WorkflowSignal.objects.exists()
