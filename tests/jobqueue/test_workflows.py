@@ -317,4 +317,3 @@ def test_a_batch_of_items_no_database_can_store_is_refused_before_any_runs(sink)
     assert job.state == JobState.DEAD
     assert "batch items" in DeadLetter.objects.get(job=job).last_error
     assert not Execution.objects.filter(job_type="tests.item").exists()
-
