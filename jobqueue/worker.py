@@ -633,7 +633,7 @@ class Worker(Loop):
                 result = self.backend.result_for(job, task)
                 task_started.send(type(self.backend), task_result=result)
             # What a workflow's steps read (jobqueue.workflows): this job, clock and database.
-            attempt = workflows.enter(job, self.clock, self.using)
+            attempt = workflows.enter(job, self.clock, self.using, self.lease_seconds)
             returned = False
             try:
                 if task.takes_context:

@@ -160,6 +160,7 @@ class Attempt:
     job: Job
     clock: Callable[[], datetime]
     using: str
+    lease_seconds: float
     workflow: Workflow | None = None
     steps: dict[str, WorkflowStep] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
@@ -171,9 +172,9 @@ class Attempt:
 _attempt: ContextVar[Attempt | None] = ContextVar("redrive_attempt", default=None)
 
 
-def enter(job: Job, clock: Callable[[], datetime], using: str) -> Token:
+def enter(job: Job, clock: Callable[[], datetime], using: str, lease_seconds: float) -> Token:
     """The worker, before it runs a job's task."""
-    return _attempt.set(Attempt(job, clock, using))
+    return _attempt.set(Attempt(job, clock, using, lease_seconds))
 
 
 def leave(token: Token, *, returned: bool) -> None:
@@ -218,7 +219,7 @@ def step(name: str, fn: Callable, /, *args, **kwargs):
     if not callable(target):
         raise WorkflowError(f"step {name!r}: {fn!r} is not callable")
     options = getattr(target, "step_options", DEFAULT_OPTIONS)
-    using, job = attempt.using, attempt.job
+    using = attempt.using
     fault_point("before", name)
     attempt.current = name
     started = attempt.clock()
@@ -230,13 +231,13 @@ def step(name: str, fn: Callable, /, *args, **kwargs):
                 # The lease is checked (and the job's row locked) after the work, not before:
                 # a lock held through the step would stall the heartbeat that extends it.
                 # A lease lost meanwhile rolls the step's writes back with it.
-                store.workflows.hold(job, now=attempt.clock(), using=using)
+                _hold(attempt)
                 record = _record_done(attempt, name, known, value, started)
         else:
             value = _storable(name, target(*args, **kwargs))
             fault_point("after_effect", name)
             with transaction.atomic(using=using):
-                store.workflows.hold(job, now=attempt.clock(), using=using)
+                _hold(attempt)
                 record = _record_done(attempt, name, known, value, started)
     except (Suspend, LeaseExpired):
         raise
@@ -261,7 +262,7 @@ def sleep(duration: timedelta | float, *, name: str | None = None) -> None:
         return
     now = attempt.clock()
     with transaction.atomic(using=attempt.using):
-        store.workflows.hold(attempt.job, now=now, using=attempt.using)
+        _hold(attempt)
         if known is None:
             known = _save(
                 attempt,
@@ -300,7 +301,7 @@ def wait_for(event: str, *, timeout: timedelta | float, name: str | None = None)
         return (known.result or {}).get("signal")
     now = attempt.clock()
     with transaction.atomic(using=attempt.using):
-        store.workflows.hold(attempt.job, now=now, using=attempt.using)
+        _hold(attempt)
         sent = store.workflows.take_signal(attempt.workflow, event, attempt.using)
         kind = WorkflowStep.Kind.WAIT
         if sent is not None:
@@ -408,7 +409,7 @@ def batch(
     }
     if progress["digest"] != digest:
         raise WorkflowError(f"batch {name!r}: its items differ from the run that started it")
-    using, job = attempt.using, attempt.job
+    using = attempt.using
     while known is None or known.state != WorkflowStep.State.DONE:
         start = progress["next"]
         part = items[start : start + chunk]
@@ -419,7 +420,7 @@ def batch(
                     progress["done"] += 1
             progress["next"] = start + len(part)
             fault_point("in_chunk", name)
-            store.workflows.hold(job, now=attempt.clock(), using=using)  # as in step()
+            _hold(attempt)  # as in step()
             finished = progress["next"] >= len(items)
             state = WorkflowStep.State.DONE if finished else WorkflowStep.State.PENDING
             known = _save(
@@ -516,6 +517,15 @@ def _begun(what: str) -> Attempt:
             attempt.job, now=attempt.clock(), using=attempt.using
         )
     return attempt
+
+
+def _hold(attempt: Attempt) -> None:
+    """Check (and renew) the job's lease in the transaction that records progress: a long
+    run of steps or chunks keeps its lease even where the heartbeat cannot get in (SQLite's
+    one write lock, taken by each chunk in turn)."""
+    store.workflows.hold(
+        attempt.job, now=attempt.clock(), using=attempt.using, lease_seconds=attempt.lease_seconds
+    )
 
 
 def _valid_name(name, what: str) -> str:
@@ -619,7 +629,7 @@ def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Excep
     errors = [*(known.errors if known is not None else []), entry][-MAX_STEP_ERRORS:]
     state = WorkflowStep.State.DEAD if dead else WorkflowStep.State.FAILED
     with transaction.atomic(using=attempt.using):
-        store.workflows.hold(attempt.job, now=now, using=attempt.using)
+        _hold(attempt)
         record = _save(
             attempt,
             name,

@@ -8,10 +8,11 @@ lease (and whose step a newer owner may be running) records nothing.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connections
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobqueue.errors import LeaseExpired
@@ -76,10 +77,12 @@ def begin(job: Job, *, now: datetime, using: str) -> tuple[Workflow, dict[str, W
     return workflow, steps
 
 
-def hold(job: Job, *, now: datetime, using: str) -> None:
-    """Lock the job's row while its lease is this attempt's; LeaseExpired otherwise. Called in
-    the transaction that records a step: on PostgreSQL the sweep waits for it to commit."""
-    if JOBS.guard(job, now, using).update(locked_until=F("locked_until")) != 1:
+def hold(job: Job, *, now: datetime, using: str, lease_seconds: float) -> None:
+    """Lock the job's row while its lease is this attempt's, and renew the lease;
+    LeaseExpired otherwise. Called in the transaction that records a step: on PostgreSQL the
+    sweep waits for it to commit."""
+    until = now + timedelta(seconds=lease_seconds)
+    if JOBS.guard(job, now, using).update(locked_until=Greatest(F("locked_until"), until)) != 1:
         raise LeaseExpired(f"job {job.pk} is no longer this worker's: its step is not recorded")
 
 

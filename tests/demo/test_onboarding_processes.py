@@ -122,9 +122,11 @@ def test_a_batch_of_ten_thousand_survives_two_kills_with_its_bad_items_buried(wo
         doomed.wait()
         assert batch_progress(result.id) < 10_000, "the batch ended before its second kill"
     last = workers.start(*FAST)
-    wait_until(
-        lambda: Job.objects.get(pk=result.id).state == JobState.DONE, timeout=120, message="done"
+    finished = Job.objects.filter(
+        task_path__in=["tests.workflow_tasks.importer", "tests.workflow_tasks.batch_done"],
+        state=JobState.DONE,
     )
+    wait_until(lambda: finished.count() == 2, timeout=120, message="the batch and its callback")
     last.send_signal(signal.SIGTERM)
     assert last.wait(timeout=60) == 0
 

@@ -317,3 +317,24 @@ def test_a_batch_of_items_no_database_can_store_is_refused_before_any_runs(sink)
     assert job.state == JobState.DEAD
     assert "batch items" in DeadLetter.objects.get(job=job).last_error
     assert not Execution.objects.filter(job_type="tests.item").exists()
+
+
+def test_recording_progress_renews_the_lease_and_refuses_a_lost_one():
+    from jobqueue.errors import LeaseExpired
+    from tests.factories import JobFactory
+
+    now = timezone.now()
+    job = JobFactory(running=True, locked_until=now + timedelta(seconds=1))
+    store.workflows.hold(job, now=now, using="default", lease_seconds=60)
+    job.refresh_from_db()
+    assert job.locked_until == now + timedelta(seconds=60)
+    store.workflows.hold(job, now=now, using="default", lease_seconds=5)  # never shortened
+    job.refresh_from_db()
+    assert job.locked_until == now + timedelta(seconds=60)
+    with pytest.raises(LeaseExpired):
+        store.workflows.hold(
+            job, now=now + timedelta(seconds=61), using="default", lease_seconds=60
+        )
+    job.lease_token = "someone-else"
+    with pytest.raises(LeaseExpired):
+        store.workflows.hold(job, now=now, using="default", lease_seconds=60)
