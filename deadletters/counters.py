@@ -1,7 +1,8 @@
 """Counters for the overview, kept by database triggers on jobqueue_deadletter.
 
-`deadletters_pendingcount`: pending items per (job type, error class) and how many of them died
-again after a replay; `deadletters_hourlycount`: dead-letterings per job type and UTC hour.
+`deadletters_pendingcount`: pending items per (job type, queue, error class, fingerprint) and how
+many of them died again after a replay; `deadletters_hourlycount`: dead-letterings per job type,
+fingerprint and UTC hour.
 Counting a million pending rows costs hundreds of milliseconds even from a covering index;
 these few rows cost one. The triggers run in the writer's transaction, so a count commits or
 rolls back with its change, whoever makes it (store, admin, psql).
@@ -9,7 +10,7 @@ rolls back with its change, whoever makes it (store, admin, psql).
 Decrements only UPDATE existing rows, so deleting the tables in either order (a test flush)
 never leaves a negative count behind.
 
-`ensure` runs from migration 0004 and after every `migrate` (registered with jobqueue.health as
+`ensure` runs from migration 0010 and after every `migrate` (registered with jobqueue.health as
 its dead-letter counter, whose `ensure` jobqueue runs after migrating): SQLite rebuilds a table
 for many schema changes and drops its triggers with it, so a later jobqueue migration must not
 silently stop the counting. Whenever the triggers are (re)created the counts are rebuilt from
@@ -21,24 +22,27 @@ from django.db import transaction
 REBUILD = [
     "DELETE FROM deadletters_pendingcount",
     """
-INSERT INTO deadletters_pendingcount (task_path, queue_name, error_class, pending, died_again)
-SELECT task_path, queue_name, error_class, COUNT(*),
+INSERT INTO deadletters_pendingcount
+    (task_path, queue_name, error_class, fingerprint, pending, died_again)
+SELECT task_path, queue_name, error_class, fingerprint, COUNT(*),
        SUM(CASE WHEN replays > 0 THEN 1 ELSE 0 END)
-FROM jobqueue_deadletter WHERE state = 'pending' GROUP BY task_path, queue_name, error_class
+FROM jobqueue_deadletter WHERE state = 'pending'
+GROUP BY task_path, queue_name, error_class, fingerprint
 """,
     "DELETE FROM deadletters_hourlycount",
 ]
 REBUILD_HOURLY = {
     "postgresql": """
-INSERT INTO deadletters_hourlycount (task_path, hour, dead_lettered)
-SELECT task_path, date_trunc('hour', dead_lettered_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
-       COUNT(*)
-FROM jobqueue_deadletter WHERE dead_lettered_at >= now() - interval '48 hours' GROUP BY 1, 2
+INSERT INTO deadletters_hourlycount (task_path, fingerprint, hour, dead_lettered)
+SELECT task_path, fingerprint,
+       date_trunc('hour', dead_lettered_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', COUNT(*)
+FROM jobqueue_deadletter WHERE dead_lettered_at >= now() - interval '48 hours' GROUP BY 1, 2, 3
 """,
     "sqlite": """
-INSERT INTO deadletters_hourlycount (task_path, hour, dead_lettered)
-SELECT task_path, strftime('%Y-%m-%d %H:00:00', dead_lettered_at), COUNT(*)
-FROM jobqueue_deadletter WHERE dead_lettered_at >= datetime('now', '-48 hours') GROUP BY 1, 2
+INSERT INTO deadletters_hourlycount (task_path, fingerprint, hour, dead_lettered)
+SELECT task_path, fingerprint, strftime('%Y-%m-%d %H:00:00', dead_lettered_at), COUNT(*)
+FROM jobqueue_deadletter WHERE dead_lettered_at >= datetime('now', '-48 hours')
+GROUP BY 1, 2, 3
 """,
 }
 
@@ -50,21 +54,22 @@ BEGIN
         UPDATE deadletters_pendingcount
         SET pending = pending - 1, died_again = died_again - (OLD.replays > 0)::int
         WHERE task_path = OLD.task_path AND queue_name = OLD.queue_name
-          AND error_class = OLD.error_class;
+          AND error_class = OLD.error_class AND fingerprint = OLD.fingerprint;
     END IF;
     IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.state = 'pending' THEN
         INSERT INTO deadletters_pendingcount
-            (task_path, queue_name, error_class, pending, died_again)
-        VALUES (NEW.task_path, NEW.queue_name, NEW.error_class, 1, (NEW.replays > 0)::int)
-        ON CONFLICT (task_path, queue_name, error_class) DO UPDATE
+            (task_path, queue_name, error_class, fingerprint, pending, died_again)
+        VALUES (NEW.task_path, NEW.queue_name, NEW.error_class, NEW.fingerprint, 1,
+                (NEW.replays > 0)::int)
+        ON CONFLICT (task_path, queue_name, error_class, fingerprint) DO UPDATE
         SET pending = deadletters_pendingcount.pending + 1,
             died_again = deadletters_pendingcount.died_again + EXCLUDED.died_again;
     END IF;
     IF NEW.state = 'pending' AND (TG_OP = 'INSERT' OR OLD.state <> 'pending') THEN
-        INSERT INTO deadletters_hourlycount (task_path, hour, dead_lettered)
-        VALUES (NEW.task_path,
+        INSERT INTO deadletters_hourlycount (task_path, fingerprint, hour, dead_lettered)
+        VALUES (NEW.task_path, NEW.fingerprint,
                 date_trunc('hour', NEW.dead_lettered_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 1)
-        ON CONFLICT (hour, task_path) DO UPDATE
+        ON CONFLICT (hour, task_path, fingerprint) DO UPDATE
         SET dead_lettered = deadletters_hourlycount.dead_lettered + 1;
     END IF;
     RETURN NULL;
@@ -78,12 +83,14 @@ FOR EACH ROW EXECUTE FUNCTION deadletters_count_apply()
 """,
     """
 CREATE TRIGGER deadletters_count_update
-AFTER UPDATE OF state, replays, task_path, queue_name, error_class ON jobqueue_deadletter
+AFTER UPDATE OF state, replays, task_path, queue_name, error_class, fingerprint
+ON jobqueue_deadletter
 FOR EACH ROW
 WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.replays IS DISTINCT FROM NEW.replays
       OR OLD.task_path IS DISTINCT FROM NEW.task_path
       OR OLD.queue_name IS DISTINCT FROM NEW.queue_name
-      OR OLD.error_class IS DISTINCT FROM NEW.error_class)
+      OR OLD.error_class IS DISTINCT FROM NEW.error_class
+      OR OLD.fingerprint IS DISTINCT FROM NEW.fingerprint)
 EXECUTE FUNCTION deadletters_count_apply()
 """,
 ]
@@ -97,20 +104,21 @@ _SQLITE_SUBTRACT = """
     UPDATE deadletters_pendingcount
     SET pending = pending - 1, died_again = died_again - (OLD.replays > 0)
     WHERE OLD.state = 'pending' AND task_path = OLD.task_path AND queue_name = OLD.queue_name
-      AND error_class = OLD.error_class;
+      AND error_class = OLD.error_class AND fingerprint = OLD.fingerprint;
 """
 _SQLITE_ADD = """
-    INSERT INTO deadletters_pendingcount (task_path, queue_name, error_class, pending, died_again)
-    SELECT NEW.task_path, NEW.queue_name, NEW.error_class, 1, (NEW.replays > 0)
+    INSERT INTO deadletters_pendingcount
+        (task_path, queue_name, error_class, fingerprint, pending, died_again)
+    SELECT NEW.task_path, NEW.queue_name, NEW.error_class, NEW.fingerprint, 1, (NEW.replays > 0)
     WHERE NEW.state = 'pending'
-    ON CONFLICT (task_path, queue_name, error_class) DO UPDATE
+    ON CONFLICT (task_path, queue_name, error_class, fingerprint) DO UPDATE
     SET pending = pending + 1, died_again = died_again + excluded.died_again;
 """
 _SQLITE_HOURLY = """
-    INSERT INTO deadletters_hourlycount (task_path, hour, dead_lettered)
-    SELECT NEW.task_path, strftime('%Y-%m-%d %H:00:00', NEW.dead_lettered_at), 1
+    INSERT INTO deadletters_hourlycount (task_path, fingerprint, hour, dead_lettered)
+    SELECT NEW.task_path, NEW.fingerprint, strftime('%Y-%m-%d %H:00:00', NEW.dead_lettered_at), 1
     WHERE {condition}
-    ON CONFLICT (hour, task_path) DO UPDATE SET dead_lettered = dead_lettered + 1;
+    ON CONFLICT (hour, task_path, fingerprint) DO UPDATE SET dead_lettered = dead_lettered + 1;
 """
 SQLITE = [
     f"""
@@ -123,10 +131,11 @@ BEGIN {_SQLITE_SUBTRACT} END
 """,
     f"""
 CREATE TRIGGER deadletters_count_update
-AFTER UPDATE OF state, replays, task_path, queue_name, error_class ON jobqueue_deadletter
+AFTER UPDATE OF state, replays, task_path, queue_name, error_class, fingerprint
+ON jobqueue_deadletter
 WHEN OLD.state IS NOT NEW.state OR OLD.replays IS NOT NEW.replays
      OR OLD.task_path IS NOT NEW.task_path OR OLD.queue_name IS NOT NEW.queue_name
-     OR OLD.error_class IS NOT NEW.error_class
+     OR OLD.error_class IS NOT NEW.error_class OR OLD.fingerprint IS NOT NEW.fingerprint
 BEGIN
     {_SQLITE_SUBTRACT} {_SQLITE_ADD}
     {_SQLITE_HOURLY.format(condition="NEW.state = 'pending' AND OLD.state <> 'pending'")}
@@ -179,11 +188,11 @@ def pending_by_queue_and_task() -> dict[tuple[str, str], int]:
 
 def ensure_if_migrated(connection) -> bool:
     """`ensure`, once this app's migrations have made the tables the triggers write (a database
-    migrated backwards, or not yet, gets them from migration 0004)."""
+    migrated backwards, or not yet, gets them from migration 0010)."""
     from django.db.migrations.recorder import MigrationRecorder
 
     applied = MigrationRecorder(connection).applied_migrations()
-    if ("deadletters", "0004_pending_count_queue") not in applied:
+    if ("deadletters", "0010_counts_by_fingerprint") not in applied:
         return False
     return ensure(connection)
 

@@ -257,14 +257,15 @@ class PendingCount(models.Model):
     task_path = models.CharField(max_length=255)
     queue_name = models.CharField(max_length=100, default="default")
     error_class = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=16, default="")
     pending = models.BigIntegerField(default=0)
     died_again = models.BigIntegerField(default=0)  # pending items with replays > 0
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["task_path", "queue_name", "error_class"],
-                name="deadletters_pendingcount_queue_uniq",
+                fields=["task_path", "queue_name", "error_class", "fingerprint"],
+                name="deadletters_pendingcount_fp_uniq",
             )
         ]
 
@@ -280,12 +281,15 @@ class HourlyCount(models.Model):
     """
 
     task_path = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=16, default="")
     hour = models.DateTimeField()
     dead_lettered = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["hour", "task_path"], name="deadletters_hourly_uniq")
+            models.UniqueConstraint(
+                fields=["hour", "task_path", "fingerprint"], name="deadletters_hourly_fp_uniq"
+            )
         ]
 
     def __str__(self):

@@ -206,6 +206,9 @@ class DeadLetter(models.Model):
     error_class = models.CharField(max_length=255, blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     errors = models.JSONField(default=list)
+    # The cause of the last death (jobqueue.fingerprints): its class, its message without what
+    # varies (ids, numbers, times, quoted values) and the innermost frame of our code.
+    fingerprint = models.CharField(max_length=16, blank=True, default="")
 
     first_failed_at = models.DateTimeField()
     dead_lettered_at = models.DateTimeField()
@@ -259,6 +262,11 @@ class DeadLetter(models.Model):
             ),
             models.Index(
                 fields=["queue_name", "dead_lettered_at", "id"], name="jobqueue_dl_queue_time_idx"
+            ),
+            # A fingerprint's letters newest first (the console's drill-down), and its first
+            # and last seen from either end.
+            models.Index(
+                fields=["fingerprint", "dead_lettered_at", "id"], name="jobqueue_dl_fp_time_idx"
             ),
         ]
 

@@ -4,9 +4,8 @@ from deadletters import counters
 
 
 def create(apps, schema_editor):
-    # Installed by 0004 instead: the counters module always holds the newest trigger SQL, which
-    # needs the columns 0004 adds. A database that ran this before 0004 existed is reinstalled
-    # there too.
+    # Installed by 0010 instead: the counters module always holds the newest trigger SQL, which
+    # needs the columns 0010 adds. A database that ran this before then is reinstalled there.
     return
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.utils import timezone
 
+from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 
 from . import dialects, sources
@@ -139,6 +140,9 @@ def pending_fields(
         **extra,
         "last_error": last_error,
         "error_class": error["exception_class_path"],
+        "fingerprint": fingerprint(
+            error["exception_class_path"], error["message"], error["traceback"]
+        ),
         "traceback": error["traceback"],
         "dead_lettered_at": now,
         "state": DeadLetterState.PENDING,
