@@ -134,9 +134,27 @@ class FilterForm(forms.Form):
     since = DayField(required=False, label="From")
     until = DayField(required=False, label="To")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
+    fingerprint = forms.RegexField(
+        required=False,
+        regex=r"^[0-9a-f]{16}$",
+        max_length=16,
+        label="Cause",
+        error_messages={"invalid": "an error fingerprint is 16 hex characters"},
+        widget=forms.TextInput(attrs={"placeholder": "any", "size": 16}),
+    )
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
 
-    FILTER_FIELDS = ("job_type", "queue", "error_class", "source", "q", "since", "until", "state")
+    FILTER_FIELDS = (
+        "job_type",
+        "queue",
+        "error_class",
+        "source",
+        "q",
+        "since",
+        "until",
+        "state",
+        "fingerprint",
+    )
     ECHOED = (*FILTER_FIELDS, "order")
 
     def to_filter(self) -> ListFilter:
@@ -152,6 +170,7 @@ class FilterForm(forms.Form):
             since=_day_start(data.get("since")),
             until=_day_start(data.get("until"), plus_days=1),
             state=data.get("state", ""),
+            fingerprint=data.get("fingerprint", ""),
             order=data.get("order") or "newest",
         )
 

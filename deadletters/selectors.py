@@ -38,6 +38,7 @@ class ListFilter:
     since: datetime | None = None
     until: datetime | None = None  # exclusive
     state: str = ""
+    fingerprint: str = ""
     order: str = "newest"
 
     def as_json(self) -> dict:
@@ -67,6 +68,8 @@ def filtered(f: ListFilter):
         qs = qs.filter(dead_lettered_at__lt=f.until)
     if f.state:
         qs = qs.filter(state=f.state)
+    if f.fingerprint:
+        qs = qs.filter(fingerprint=f.fingerprint)
     return qs
 
 
@@ -201,13 +204,74 @@ class TypeSummary:
 
     @property
     def chart(self):
-        """Bars of the 24-hour SVG sparkline: (x, y, height, count, hours_ago)."""
-        peak = max(self.hourly) or 1
-        bars = []
-        for i, n in enumerate(self.hourly):
-            height = round(28 * n / peak, 1) if n else 0
-            bars.append((i * 5, 30 - height, height, n, 23 - i))
-        return bars
+        return spark_bars(self.hourly)
+
+
+def spark_bars(hourly: list[int]) -> list[tuple]:
+    """Bars of a 24-hour SVG sparkline: (x, y, height, count, hours_ago)."""
+    peak = max(hourly) or 1
+    bars = []
+    for i, n in enumerate(hourly):
+        height = round(28 * n / peak, 1) if n else 0
+        bars.append((i * 5, 30 - height, height, n, 23 - i))
+    return bars
+
+
+def _day_start(now) -> datetime:
+    """The first of the 24 hourly slots that end with the current hour."""
+    return (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class Cause:
+    """One error fingerprint of a job type: what its letters died of, how many are pending,
+    when it was first and last seen, and its dead-letterings hour by hour over the last day."""
+
+    fingerprint: str
+    error_class: str
+    pending: int
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    sample: str = ""
+    hourly: list[int] = field(default_factory=lambda: [0] * 24)
+
+    @property
+    def chart(self):
+        return spark_bars(self.hourly)
+
+
+def causes(task_path: str, *, now=None, limit: int = 20) -> list[Cause]:
+    """A job type's pending dead letters grouped by cause, most first: the counts from the
+    trigger-kept counters (no count of the big table), then two probes per cause along the
+    (fingerprint, dead_lettered_at) index for its first and last letter, and one read of the
+    hourly counters for the trends."""
+    now = now or timezone.now()
+    rows = (
+        PendingCount.objects.filter(task_path=task_path, pending__gt=0)
+        .values_list("fingerprint", "error_class")
+        .annotate(n=Sum("pending"))
+        .order_by("-n", "fingerprint")[:limit]
+    )
+    found = {fp: Cause(fp, error_class or "(none)", n) for fp, error_class, n in rows}
+    for cause in found.values():
+        letters = DeadLetter.objects.filter(task_path=task_path, fingerprint=cause.fingerprint)
+        cause.first_seen = (
+            letters.order_by("dead_lettered_at", "id")
+            .values_list("dead_lettered_at", flat=True)
+            .first()
+        )
+        last = letters.order_by("-dead_lettered_at", "-id").values_list(
+            "dead_lettered_at", "last_error"
+        )
+        cause.last_seen, cause.sample = last.first() or (None, "")
+    start = _day_start(now)
+    for fp, hour, n in HourlyCount.objects.filter(
+        task_path=task_path, fingerprint__in=list(found), hour__gte=start
+    ).values_list("fingerprint", "hour", "dead_lettered"):
+        slot = int((hour - start) // timedelta(hours=1))
+        if 0 <= slot < 24:
+            found[fp].hourly[slot] += n
+    return list(found.values())
 
 
 def overview(*, now=None, top=3) -> list[TypeSummary]:
@@ -243,7 +307,7 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
         errors[path].append((error_class or "(none)", n))
     for path, counts in errors.items():
         summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
-    start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    start = _day_start(now)
     for path, hour, n in HourlyCount.objects.filter(
         task_path__in=list(summaries), hour__gte=start
     ).values_list("task_path", "hour", "dead_lettered"):

@@ -188,6 +188,8 @@ def letter_list(request):
         "filter_query": form.query(),
         "choices": selectors.filter_choices(),
         "now": timezone.now(),
+        # A job type's dead letters grouped by cause, each a link that filters to it.
+        "causes": selectors.causes(f.job_type) if f.job_type else [],
         # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
         "detail_prefix": reverse("deadletters:overview"),
         **_permissions(request.user),

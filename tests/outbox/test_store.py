@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from jobqueue import outbox, store
+from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter, DeadLetterState, OutboxMessage, OutboxState
 from jobqueue.store import outbox_messages as outbox_store
 from jobqueue.store.sources import outbox_letters
@@ -123,6 +124,8 @@ def test_dead_letter_carries_topic_payload_and_message_id():
     assert letter.idempotency_key == str(message_id) and letter.job_id is None
     assert letter.attempts == 1 and letter.max_attempts == 3
     assert letter.last_error == "HTTP 400" and letter.state == DeadLetterState.PENDING
+    # Its cause, as every source's letters have one (jobqueue.fingerprints).
+    assert letter.fingerprint == fingerprint(letter.error_class, "HTTP <n>", "")
     assert OutboxMessage.objects.get(pk=message_id).dead_letter_id == letter.pk
 
 
