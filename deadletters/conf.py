@@ -46,6 +46,16 @@ DEFAULTS = {
     # The zone the console shows times in (an IANA name such as "Europe/Paris"); every time
     # is written `2026-11-30 14:49:17 UTC` in it, its abbreviation after the clock.
     "TIME_ZONE": "UTC",
+    # Triage (issue 18). Two-person rule: a run over this many items waits for a second user's
+    # approval (None: off). settings.DEADLETTERS_APPROVAL_THRESHOLD, if set, wins.
+    "APPROVAL_THRESHOLD": None,
+    # A replay run's canary: items replayed first, alone (0: none); the share of them that may
+    # die again before the run halts itself; how long to wait for their jobs (seconds).
+    "CANARY_SIZE": 5,
+    "CANARY_MAX_DEAD_SHARE": 0.2,
+    "CANARY_TIMEOUT": 300.0,
+    # Most rows one export may stream.
+    "EXPORT_MAX_ROWS": 100_000,
 }
 
 

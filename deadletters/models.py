@@ -32,11 +32,23 @@ class Selection(models.Model):
 
 
 class RunState(models.TextChoices):
+    # Over DEADLETTERS_APPROVAL_THRESHOLD items: waits for a second user's approval.
+    AWAITING = "awaiting", "Awaiting approval"
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     PAUSED = "paused", "Paused"
+    # Its canary died again past the allowed share: stopped by itself until an operator resumes.
+    HALTED = "halted", "Halted by canary"
     CANCELLED = "cancelled", "Cancelled"
     FINISHED = "finished", "Finished"
+
+
+class CanaryState(models.TextChoices):
+    NONE = "", "No canary"
+    WATCHING = "watching", "Canary replayed, waiting for its jobs"
+    PASSED = "passed", "Canary passed"
+    HALTED = "halted", "Canary failed: run halted"
+    OVERRIDDEN = "overridden", "Canary failed: resumed by an operator"
 
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING)
@@ -73,6 +85,24 @@ class ReplayRun(models.Model):
     generation = models.PositiveIntegerField(default=0)
     stopped_by = models.CharField(max_length=150, blank=True, default="")
 
+    # Canary (replay runs only): the first `canary_size` items are replayed alone; the run waits
+    # up to `canary_timeout` seconds for their jobs to finish and halts itself if more than
+    # `canary_max_dead_share` of them died again.
+    canary_size = models.PositiveIntegerField(default=0)
+    canary_max_dead_share = models.FloatField(default=0.2)
+    canary_timeout = models.FloatField(default=300.0)
+    canary_state = models.CharField(
+        max_length=10, choices=CanaryState.choices, blank=True, default=CanaryState.NONE
+    )
+    canary_done = models.PositiveIntegerField(default=0)  # canary jobs that succeeded
+    canary_dead = models.PositiveIntegerField(default=0)  # canary jobs that died again
+    canary_started_at = models.DateTimeField(null=True, blank=True)
+
+    # Two-person rule: a run over the approval threshold waits (state "awaiting") until a
+    # second user with the same permission approves it.
+    approved_by = models.CharField(max_length=150, blank=True, default="")
+    approved_at = models.DateTimeField(null=True, blank=True)
+
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -91,6 +121,8 @@ class ReplayRun(models.Model):
             ("replay_deadletter", "Can replay dead letters"),
             ("discard_deadletter", "Can discard dead letters"),
             ("replay_poisoned", "Can replay items past the poison limit"),
+            ("edit_deadletter", "Can edit a dead letter's payload and replay it (audited)"),
+            ("export_deadletter", "Can export dead letters (audited)"),
         ]
 
     def __str__(self):
@@ -120,6 +152,8 @@ class RunControl(models.TextChoices):
     PAUSED = "paused", "Paused"
     RESUMED = "resumed", "Resumed"
     CANCELLED = "cancelled", "Cancelled"
+    APPROVED = "approved", "Approved"
+    HALTED = "halted", "Halted by its canary"
 
 
 class RunEvent(models.Model):
@@ -339,3 +373,48 @@ class JobSelection(models.Model):
 
     def __str__(self):
         return f"Job selection {self.pk} ({len(self.job_ids)} jobs)"
+
+
+class PayloadEdit(models.Model):
+    """An operator's edit of one dead letter's payload, replayed as edited: the old and new
+    payloads as they were (the letter itself keeps its original), who, why and the job made."""
+
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.PROTECT, related_name="+")
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    operator_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    old_args = models.JSONField(default=list)
+    old_kwargs = models.JSONField(default=dict)
+    new_args = models.JSONField(default=list)
+    new_kwargs = models.JSONField(default=dict)
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["dead_letter", "at"], name="deadletters_edit_letter_idx")]
+
+    def __str__(self):
+        return f"edit of letter {self.dead_letter_id} by {self.operator_name}"
+
+
+class Export(models.Model):
+    """An export of dead letters (CSV or JSON Lines): who, under which filter, how many rows."""
+
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    operator_name = models.CharField(max_length=150)
+    filter = models.JSONField(default=dict, blank=True)
+    format = models.CharField(max_length=5)  # csv, jsonl
+    rows = models.PositiveIntegerField(default=0)  # as many as the cap allowed
+    truncated = models.BooleanField(default=False)  # the filter matched more than the cap
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self):
+        return f"export {self.pk} ({self.format}) by {self.operator_name}"

@@ -22,6 +22,10 @@ PAUSE_QUEUE = "jobqueue.pause_queue"
 MANAGE_SCHEDULE = "jobqueue.manage_schedule"
 # Run a queued job now or cancel it (jobqueue.store.job_actions; audited in jobqueue.JobAction).
 ACT_ON_JOB = "jobqueue.act_on_job"
+# Edit one letter's payload and replay it (audited in deadletters.PayloadEdit).
+EDIT = "deadletters.edit_deadletter"
+# Export the filtered letters as CSV or JSON Lines (audited in deadletters.Export).
+EXPORT = "deadletters.export_deadletter"
 
 ROLE_PERMISSIONS = {
     "viewer": [VIEW],
@@ -32,6 +36,7 @@ ROLE_PERMISSIONS = {
         PAUSE_QUEUE,
         ACT_ON_JOB,
         MANAGE_SCHEDULE,
+        EXPORT,
     ],
     "admin": [
         VIEW,
@@ -41,6 +46,8 @@ ROLE_PERMISSIONS = {
         PAUSE_QUEUE,
         ACT_ON_JOB,
         MANAGE_SCHEDULE,
+        EXPORT,
+        EDIT,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
         REVEAL_PERMISSION,
         # The read-only admin pages of the queue and the audit log.
