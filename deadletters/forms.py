@@ -128,7 +128,7 @@ class FilterForm(forms.Form):
     q = forms.CharField(
         required=False,
         max_length=200,
-        label="Text in last error",
+        label="Search error and payload",
         widget=forms.TextInput(attrs={"type": "search"}),
     )
     since = DayField(required=False, label="From")

@@ -16,7 +16,7 @@ from jobqueue import store
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
-from . import conf, redaction
+from . import conf, redaction, search
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -61,7 +61,7 @@ def filtered(f: ListFilter):
     if f.source:
         qs = qs.filter(source=f.source)
     if f.q:
-        qs = qs.filter(last_error__icontains=f.q)
+        qs = search.matching(qs, f.q)
     if f.since:
         qs = qs.filter(dead_lettered_at__gte=f.since)
     if f.until:

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
 
-from . import conf, jobs, redaction, selectors, services, workflows
+from . import conf, jobs, redaction, search, selectors, services, workflows
 from .forms import (
     AuditFilterForm,
     ConfirmForm,
@@ -190,6 +190,7 @@ def letter_list(request):
         "now": timezone.now(),
         # A job type's dead letters grouped by cause, each a link that filters to it.
         "causes": selectors.causes(f.job_type) if f.job_type else [],
+        "search_bound": search.SQLITE_SCAN if f.q and search.bounded() else None,
         # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
         "detail_prefix": reverse("deadletters:overview"),
         **_permissions(request.user),

@@ -1,0 +1,57 @@
+"""Search in dead letters' error text and payload values (the list's `q` filter), per database.
+
+PostgreSQL: full-text search with the `simple` configuration (lower-cased words, no stemming, no
+stop words: ids, codes and e-mail addresses match as written) over the last error and every
+string and number in the payload, through the GIN expression index `jobqueue_dl_search_idx`
+(jobqueue migration 0018, which spells out the same expression). The query is read by
+`websearch_to_tsquery`: words are ANDed, "quoted phrases" and `-excluded` words work, and no
+input is a syntax error.
+
+SQLite: no index; a substring match (case-insensitive for ASCII) over the error text and the
+payload's JSON, bounded to the newest SQLITE_SCAN letters so a search never reads a whole
+large table. The list says so when the bound applies.
+"""
+
+from django.db import connections
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
+
+# Must stay identical to the index expression in jobqueue/migrations/0018 (a test EXPLAINs a
+# search and checks the index is used).
+PG_VECTOR = (
+    "(to_tsvector('simple'::regconfig, last_error)"
+    " || jsonb_to_tsvector('simple'::regconfig, args, '[\"string\", \"numeric\"]'::jsonb)"
+    " || jsonb_to_tsvector('simple'::regconfig, kwargs, '[\"string\", \"numeric\"]'::jsonb))"
+)
+# Qualified in the query (a list may join the job table, which has args and kwargs too); the
+# planner matches the index by the columns, not by the text.
+PG_MATCH = (
+    PG_VECTOR.replace("last_error", "jobqueue_deadletter.last_error")
+    .replace(" args,", " jobqueue_deadletter.args,")
+    .replace(" kwargs,", " jobqueue_deadletter.kwargs,")
+    + " @@ websearch_to_tsquery('simple'::regconfig, %s)"
+)
+
+SQLITE_SCAN = 100_000
+
+
+def bounded(using: str = "default") -> bool:
+    """Whether a search on this database only looks at the newest SQLITE_SCAN letters."""
+    return connections[using].vendor != "postgresql"
+
+
+def matching(qs, text: str, using: str = "default"):
+    """`qs` narrowed to the letters whose error or payload values match `text`."""
+    if connections[using].vendor == "postgresql":
+        return qs.filter(RawSQL(PG_MATCH, [text], output_field=BooleanField()))
+    newest = (
+        qs.model.objects.using(using)
+        .order_by("-id")
+        .values_list("id", flat=True)[SQLITE_SCAN - 1 : SQLITE_SCAN]
+    )
+    floor = next(iter(newest), None)
+    if floor is not None:
+        qs = qs.filter(id__gte=floor)
+    return qs.filter(
+        Q(last_error__icontains=text) | Q(args__icontains=text) | Q(kwargs__icontains=text)
+    )

@@ -1,0 +1,88 @@
+"""Search in error text and payload values (deadletters/search.py): the list's `q`, a filter
+like any other (in the URL, under count, select-all and bulk actions), on both databases."""
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from deadletters import search, selectors
+from deadletters.forms import FilterForm
+from tests.factories import DeadLetterFactory
+
+pytestmark = pytest.mark.django_db
+
+LIST = reverse("deadletters:list")
+
+
+@pytest.fixture
+def letters():
+    return {
+        "smtp": DeadLetterFactory(last_error="SMTP 421 service not available", args=[1]),
+        "email": DeadLetterFactory(
+            last_error="bounced", kwargs={"to": "ann@example.com", "order_id": 4242}
+        ),
+        "nested": DeadLetterFactory(
+            last_error="refused", args=[{"customer": {"name": "Grace Hopper"}}]
+        ),
+        "other": DeadLetterFactory(last_error="card declined", kwargs={"to": "bob@example.org"}),
+    }
+
+
+def found(text, **extra) -> set[int]:
+    form = FilterForm({"q": text, **extra})
+    return set(selectors.matching_ids(form.to_filter()))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("smtp", {"smtp"}),
+        ("SMTP 421", {"smtp"}),  # every word, any case
+        ("ann@example.com", {"email"}),  # a payload string value
+        ("4242", {"email"}),  # a payload number
+        ("hopper", {"nested"}),  # at any depth
+        ("declined", {"other"}),
+        ("smtp declined", set()),  # words are ANDed
+    ],
+)
+def test_search_finds_error_words_and_payload_values(letters, text, expected):
+    assert found(text) == {letters[name].pk for name in expected}
+
+
+def test_search_combines_with_other_filters(letters):
+    DeadLetterFactory(task_path="shop.other", last_error="SMTP 421 again")
+    assert found("smtp", job_type=letters["smtp"].task_path) == {letters["smtp"].pk}
+
+
+@pytest.mark.parametrize(
+    "text", ['"unclosed', "a & b | !c", "(((", "-", "'; DROP TABLE x; --", "ünïcødé 🚀", "\\"]
+)
+def test_any_search_text_is_answered_not_a_500(viewer_client, letters, text):
+    response = viewer_client.get(LIST, {"q": text})
+    assert response.status_code == 200
+
+
+def test_the_list_and_its_url_carry_the_search(viewer_client, letters):
+    response = viewer_client.get(LIST, {"q": "ann@example.com"})
+    assert [row.pk for row in response.context["page"].rows] == [letters["email"].pk]
+    assert ("q", "ann@example.com") in response.context["echo"]
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_postgresql_answers_a_search_from_its_index(letters):
+    qs = selectors.filtered(FilterForm({"q": "hopper"}).to_filter())
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            plan = qs.explain()
+        finally:
+            cursor.execute("RESET enable_seqscan")
+    assert "jobqueue_dl_search_idx" in plan
+
+
+@pytest.mark.skipif("connection.vendor == 'postgresql'")
+def test_sqlite_searches_only_the_newest_letters_it_is_bounded_to(letters, monkeypatch):
+    assert search.bounded()
+    newest = DeadLetterFactory(last_error="SMTP 421 once more")
+    monkeypatch.setattr(search, "SQLITE_SCAN", 2)
+    assert found("smtp") == {newest.pk}
