@@ -31,7 +31,8 @@ FILL = """
 INSERT INTO jobqueue_deadletter (
     source, original_job_id, task_path, queue_name, priority, backend, args, kwargs,
     idempotency_key, max_attempts, attempts, last_error, error_class, traceback, errors,
-    first_failed_at, dead_lettered_at, state, replays, last_replayed_at, discarded_at
+    first_failed_at, dead_lettered_at, state, replays, last_replayed_at, discarded_at,
+    fingerprint
 )
 SELECT
     'jobqueue', g,
@@ -53,7 +54,9 @@ SELECT
     CASE WHEN (g * 7919) %% 100 < 85 THEN 'pending'
          WHEN (g * 7919) %% 100 < 93 THEN 'replayed' ELSE 'discarded' END,
     CASE WHEN (g * 7919) %% 100 BETWEEN 85 AND 92 OR g %% 40 = 0 THEN 1 ELSE 0 END,
-    NULL, NULL
+    NULL, NULL,
+    -- A dozen causes per error class, as fingerprints group them (jobqueue.fingerprints).
+    substr(md5(((g / 7) %% 5)::text || ':' || (g %% 13)::text), 1, 16)
 FROM (
     SELECT g, now() - g * (interval '30 days' / %(rows)s) AS ts
     FROM generate_series(1::bigint, %(rows)s::bigint) AS g
@@ -136,7 +139,7 @@ def run(args):
     from django.db import connection
     from django.test import Client
 
-    from deadletters import counters, services
+    from deadletters import counters, search, selectors, services
     from deadletters.roles import assign
     from jobqueue import store
     from jobqueue.models import DeadLetter
@@ -177,6 +180,7 @@ def run(args):
 
     deep_cursor = encode_cursor(DeadLetter(pk=deep_id, dead_lettered_at=deep_at))
     letter_id = pending.order_by("-id").values_list("id", flat=True)[0]
+    cause = pending.values_list("fingerprint", flat=True).first()
 
     def get(url, **params):
         def call():
@@ -227,14 +231,44 @@ def run(args):
             "same 51 rows",
         ),
         (
-            "list, all types, text search 'order 123'",
+            "list, all types, search 'order 123' (error and payload)",
             get("/deadletters/list/", q="order 123"),
             sql(
-                "SELECT id FROM jobqueue_deadletter WHERE last_error ILIKE %s "
+                f"SELECT id FROM jobqueue_deadletter WHERE {search.PG_MATCH} "
                 "ORDER BY dead_lettered_at DESC, id DESC LIMIT 51",
-                ["%order 123%"],
+                ["order 123"],
+            ),
+            "same search, bare",
+        ),
+        (
+            "list, all types, search '503' (matches every letter)",
+            get("/deadletters/list/", q="503"),
+            sql(
+                f"SELECT id FROM jobqueue_deadletter WHERE {search.PG_MATCH} "
+                "ORDER BY dead_lettered_at DESC, id DESC LIMIT 51",
+                ["503"],
+            ),
+            "same search, bare",
+        ),
+        (
+            f"list {job_type}, one cause (fingerprint), pending",
+            get("/deadletters/list/", job_type=job_type, state="pending", fingerprint=cause),
+            sql(
+                "SELECT id FROM jobqueue_deadletter WHERE task_path = %s AND fingerprint = %s "
+                "AND state = 'pending' ORDER BY dead_lettered_at DESC, id DESC LIMIT 51",
+                [job_type, cause],
             ),
             "same 51 rows",
+        ),
+        (
+            f"causes of {job_type} (grouping by fingerprint)",
+            lambda: selectors.causes(job_type),
+            sql(
+                "SELECT fingerprint, count(*) FROM jobqueue_deadletter WHERE task_path = %s "
+                "AND state = 'pending' GROUP BY fingerprint",
+                [job_type],
+            ),
+            "GROUP BY fingerprint count",
         ),
         (
             "list, all types, error class jobqueue.errors.PermanentError",
@@ -296,15 +330,21 @@ def run(args):
     print(f"\n{args.rows:,} dead letters, {JOB_TYPES} job types; {job_type}: {per_type:,} pending")
     print(f"server time, median of {REPEAT} (ms)")
     print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}  baseline")
-    slowest = 0.0
+    slowest = triage = 0.0
     for name, page_call, baseline_call, baseline_name in cases:
         page_ms = median_ms(page_call)
         base_ms = median_ms(baseline_call)
         slowest = max(slowest, page_ms)
+        if "search" in name or "cause" in name:
+            triage = max(triage, page_ms)
         print(
             f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}  {baseline_name}"
         )
     print(f"{'PASS' if slowest < 100 else 'MISS'}  every page under 100 ms (slowest {slowest:.1f})")
+    print(
+        f"{'PASS' if triage < 150 else 'MISS'}  cause grouping and search under 150 ms "
+        f"(slowest {triage:.1f})"
+    )
 
     ids = list(
         DeadLetter.objects.filter(state="pending", replays=0)
@@ -423,10 +463,12 @@ def jobs_browser(args, client):
         (f"job #{dead_id}", get(f"/deadletters/jobs/{dead_id}/"), sql("id = %s", [dead_id])),
     ]
     print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}")
-    slowest = 0.0
+    slowest = triage = 0.0
     for name, page_call, baseline_call in cases:
         page_ms, base_ms = median_ms(page_call), median_ms(baseline_call)
         slowest = max(slowest, page_ms)
+        if "search" in name or "cause" in name:
+            triage = max(triage, page_ms)
         print(f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}")
     print(
         f"{'PASS' if slowest < 100 else 'MISS'}  every jobs-browser page under 100 ms "
