@@ -14,6 +14,7 @@ class DeadlettersConfig(AppConfig):
 
         checks.register(deadletters_checks.replay_settings, TAG)
         checks.register(deadletters_checks.console_setup, TAG)
+        checks.register(deadletters_checks.triage_settings, TAG)
         # Queue health counts pending dead letters through our trigger-kept counters (jobqueue,
         # which imports nothing from us, would otherwise count the big table); jobqueue asks
         # them to restore their triggers after each migrate.

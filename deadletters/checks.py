@@ -11,6 +11,9 @@ from . import conf
 REPLAY_SETTINGS = (
     ("REPLAY_RATE", conf.validate_replay_rate, "redrive.E011"),
     ("REPLAY_BATCH_SIZE", conf.validate_replay_batch_size, "redrive.E012"),
+    ("CANARY_SIZE", conf.validate_canary_size, "redrive.E016"),
+    ("CANARY_MAX_DEAD_SHARE", conf.validate_canary_share, "redrive.E017"),
+    ("CANARY_TIMEOUT", conf.validate_canary_timeout, "redrive.E018"),
 )
 
 
@@ -100,4 +103,48 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E021",
             )
         )
+    return found
+
+
+def triage_settings(app_configs=None, **kwargs):
+    """The two-person rule's threshold (a whole number of items, or None) and the payload
+    validators of edit-before-replay (a job type's path to an importable callable)."""
+    from django.utils.module_loading import import_string
+
+    found = []
+    where, value = conf.approval_threshold_setting()
+    try:
+        conf.validate_approval_threshold(value)
+    except ValueError as exc:
+        found.append(
+            checks.Error(
+                f"{where}: {exc}.",
+                hint="Runs of more items than this wait for a second user's approval; "
+                "None turns the rule off.",
+                id="redrive.E024",
+            )
+        )
+    validators = conf.get("PAYLOAD_VALIDATORS")
+    if not isinstance(validators, dict):
+        return found  # jobqueue's check_settings names the wrong kind
+    for task_path, path in validators.items():
+        problem = None
+        if not isinstance(task_path, str) or not task_path:
+            problem = "the key must be a task's dotted path"
+        elif not isinstance(path, str) or not path:
+            problem = "the value must be the dotted path of a callable(args, kwargs)"
+        else:
+            try:
+                if not callable(import_string(path)):
+                    problem = f"{path} is not callable"
+            except ImportError as exc:
+                problem = f"{path} does not import: {exc}"
+        if problem:
+            found.append(
+                checks.Error(
+                    f'REDRIVE["PAYLOAD_VALIDATORS"][{task_path!r}]: {problem}.',
+                    hint='For example {"shop.tasks.send_receipt": "shop.checks.receipt_payload"}.',
+                    id="redrive.E025",
+                )
+            )
     return found

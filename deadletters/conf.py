@@ -49,6 +49,9 @@ DEFAULTS = {
     # Triage (issue 18). Two-person rule: a run over this many items waits for a second user's
     # approval (None: off). settings.DEADLETTERS_APPROVAL_THRESHOLD, if set, wins.
     "APPROVAL_THRESHOLD": None,
+    # Edit before replay: a job type's own check of an edited payload, {"task.path": "dotted
+    # path of a callable(args, kwargs)"} that raises ValueError (or ValidationError) to refuse.
+    "PAYLOAD_VALIDATORS": {},
     # A replay run's canary: items replayed first, alone (0: none); the share of them that may
     # die again before the run halts itself; how long to wait for their jobs (seconds).
     "CANARY_SIZE": 5,
@@ -70,6 +73,38 @@ def zone():
     """The zone the console shows times and reads filter days in (REDRIVE["TIME_ZONE"])."""
     name = get("TIME_ZONE")
     return UTC if name == "UTC" else ZoneInfo(name)
+
+
+# The two-person rule's threshold under the name the issue gives it, outside REDRIVE; it wins.
+APPROVAL_SETTING = "DEADLETTERS_APPROVAL_THRESHOLD"
+redrive_conf.declare_top_level(APPROVAL_SETTING)
+
+
+def approval_threshold_setting() -> tuple[str, object]:
+    """(where it is set, value) of the approval threshold: settings.DEADLETTERS_APPROVAL_THRESHOLD
+    if set, else REDRIVE["APPROVAL_THRESHOLD"]."""
+    from django.conf import settings
+
+    if hasattr(settings, APPROVAL_SETTING):
+        return f"settings.{APPROVAL_SETTING}", getattr(settings, APPROVAL_SETTING)
+    return 'REDRIVE["APPROVAL_THRESHOLD"]', get("APPROVAL_THRESHOLD")
+
+
+def validate_approval_threshold(value) -> int | None:
+    """Return `value` as a number of items (None: no approval needed), or raise ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"the approval threshold must be a whole number of items from 1, or None (off), "
+            f"not {value!r}"
+        )
+    return value
+
+
+def approval_threshold() -> int | None:
+    """Runs of more items than this wait for a second user's approval; None: none do."""
+    return validate_approval_threshold(approval_threshold_setting()[1])
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is
@@ -107,3 +142,46 @@ def validate_replay_batch_size(value) -> int:
             f"{MAX_REPLAY_BATCH_SIZE}, not {value!r}"
         )
     return value
+
+
+# A replay run's canary (REDRIVE["CANARY_*"], the confirm form, the CLI): at most this many
+# items (its outcome is read again every second while it is watched), a share of deaths from
+# 0 (any death halts the run) to 1 (never halts), a wait of at most a day for its jobs.
+MAX_CANARY_SIZE = 1_000
+MAX_CANARY_TIMEOUT = 86_400.0
+
+
+def validate_canary_size(value) -> int:
+    """Return `value` as a canary size (0: no canary), or raise ValueError saying the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"canary size must be a whole number, not {value!r}")
+    if not (0 <= value <= MAX_CANARY_SIZE):
+        raise ValueError(
+            f"canary size must be between 0 (no canary) and {MAX_CANARY_SIZE}, not {value!r}"
+        )
+    return value
+
+
+def validate_canary_share(value) -> float:
+    """Return `value` as the share of a canary that may die again (0 to 1), or ValueError."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"canary dead share must be a number, not {value!r}") from None
+    if isinstance(value, bool) or not (0.0 <= share <= 1.0):  # also refuses NaN
+        raise ValueError(f"canary dead share must be between 0 and 1, not {value!r}")
+    return share
+
+
+def validate_canary_timeout(value) -> float:
+    """Return `value` as the seconds a canary's jobs are waited for, or raise ValueError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"canary timeout must be a number of seconds, not {value!r}") from None
+    if isinstance(value, bool) or not (0.0 < seconds <= MAX_CANARY_TIMEOUT):
+        raise ValueError(
+            f"canary timeout must be more than 0 and at most {MAX_CANARY_TIMEOUT:g} seconds, "
+            f"not {value!r}"
+        )
+    return seconds

@@ -157,11 +157,14 @@ class FilterForm(forms.Form):
     )
     ECHOED = (*FILTER_FIELDS, "order")
 
-    def to_filter(self) -> ListFilter:
-        """The valid fields as a filter; the template names the invalid ones it ignored."""
+    def to_filter(self, *, payload_search: bool = False) -> ListFilter:
+        """The valid fields as a filter; the template names the invalid ones it ignored.
+        `payload_search`: the search looks in payload values too, for a user who may see them
+        unmasked (otherwise a search would tell which letters hold a masked value)."""
         self.is_valid()
         data = self.cleaned_data
         return ListFilter(
+            payload_search=payload_search,
             job_type=data.get("job_type", ""),
             queue=data.get("queue", ""),
             error_class=data.get("error_class", ""),
@@ -258,12 +261,44 @@ class ConfirmForm(forms.Form):
         help_text="Items per second for a background run; 0 or empty is unlimited.",
     )
 
+    # A replay's canary (deadletters.services.start_run): empty is the setting's default. The
+    # ranges are checked in the clean methods, with the messages the CLI and start-up give.
+    canary_size = forms.IntegerField(
+        required=False,
+        initial=lambda: conf.get("CANARY_SIZE"),
+        widget=forms.NumberInput(attrs={"min": 0, "max": conf.MAX_CANARY_SIZE, "step": 1}),
+        help_text="Items replayed first, alone: the run waits for their jobs and halts itself "
+        "if too many die again. 0 is none.",
+    )
+    canary_max_dead_share = forms.FloatField(
+        required=False,
+        initial=lambda: conf.get("CANARY_MAX_DEAD_SHARE"),
+        widget=forms.NumberInput(attrs={"min": 0, "max": 1, "step": "any"}),
+        help_text="The share of the canary that may die again (0 to 1) before the run halts.",
+    )
+
     def clean_rate(self):
         rate = self.cleaned_data.get("rate")
         if rate is None:
             return conf.get("REPLAY_RATE")
         try:
             return conf.validate_replay_rate(rate)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_canary_size(self):
+        size = self.cleaned_data.get("canary_size")
+        try:
+            return conf.validate_canary_size(conf.get("CANARY_SIZE") if size is None else size)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_canary_max_dead_share(self):
+        share = self.cleaned_data.get("canary_max_dead_share")
+        try:
+            return conf.validate_canary_share(
+                conf.get("CANARY_MAX_DEAD_SHARE") if share is None else share
+            )
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
@@ -306,11 +341,14 @@ class JobFilterForm(forms.Form):
 
     ECHOED = ("state", "task", "queue", "key", "q")
 
-    def to_filter(self) -> JobFilter:
-        """The valid fields as a filter; the template names the invalid ones it ignored."""
+    def to_filter(self, *, payload_search: bool = False) -> JobFilter:
+        """The valid fields as a filter; the template names the invalid ones it ignored.
+        `payload_search`: as FilterForm.to_filter's."""
         self.is_valid()
         data = self.cleaned_data
-        return JobFilter(**{name: data.get(name) or "" for name in self.ECHOED})
+        return JobFilter(
+            **{name: data.get(name) or "" for name in self.ECHOED}, payload_search=payload_search
+        )
 
     def echo(self) -> list[tuple[str, str]]:
         self.is_valid()
@@ -343,3 +381,40 @@ class JobConfirmForm(forms.Form):
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why? e.g. campaign called off"}),
     )
+
+
+class EditForm(forms.Form):
+    """Edit before replay: a letter's payload as JSON text, and why (kept in the audit). The
+    text is parsed here; deadletters.edits checks the rest when the service replays it."""
+
+    JSON_ATTRS = {"rows": 8, "spellcheck": "false", "autocomplete": "off", "class": "json"}
+
+    args = forms.CharField(
+        strip=False,
+        widget=forms.Textarea(attrs=JSON_ATTRS),
+        help_text="A JSON array: the positional arguments.",
+    )
+    kwargs = forms.CharField(
+        strip=False,
+        widget=forms.Textarea(attrs=JSON_ATTRS),
+        help_text="A JSON object: the keyword arguments.",
+    )
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why? e.g. amount was in cents"}),
+    )
+    allow_poisoned = forms.BooleanField(required=False)
+
+    def clean_args(self):
+        return self._parsed("args", list)
+
+    def clean_kwargs(self):
+        return self._parsed("kwargs", dict)
+
+    def _parsed(self, name, kind):
+        from .edits import InvalidEdit, parse
+
+        try:
+            return parse(self.cleaned_data[name], kind, name)
+        except InvalidEdit as exc:
+            raise ValidationError(str(exc), code="invalid") from None

@@ -37,7 +37,8 @@ class JobFilter:
     task: str = ""
     queue: str = ""
     key: str = ""
-    q: str = ""  # text in the arguments or the errors
+    q: str = ""  # text in the errors, and in the arguments when payload_search
+    payload_search: bool = False
 
 
 def state_q(state: str, now: datetime) -> Q:
@@ -72,15 +73,16 @@ def filtered(f: JobFilter, now: datetime):
     if f.q:
         # A scan of the rows the other filters leave, newest first, stopped at a page: narrow
         # with a state, task or queue on a big table.
-        qs = qs.annotate(
-            args_text=Cast("args", TextField()),
-            kwargs_text=Cast("kwargs", TextField()),
-            errors_text=Cast("errors", TextField()),
-        ).filter(
-            Q(args_text__icontains=f.q)
-            | Q(kwargs_text__icontains=f.q)
-            | Q(errors_text__icontains=f.q)
-        )
+        # Arguments only for a user who may see them unmasked: a match would otherwise tell
+        # which jobs hold a masked value.
+        qs = qs.annotate(errors_text=Cast("errors", TextField()))
+        found = Q(errors_text__icontains=f.q)
+        if f.payload_search:
+            qs = qs.annotate(
+                args_text=Cast("args", TextField()), kwargs_text=Cast("kwargs", TextField())
+            )
+            found |= Q(args_text__icontains=f.q) | Q(kwargs_text__icontains=f.q)
+        qs = qs.filter(found)
     return qs
 
 

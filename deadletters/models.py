@@ -231,7 +231,7 @@ class ReplayItem(models.Model):
             job = self.job
         except Job.DoesNotExist:
             return "job pruned"
-        return JOB_OUTCOMES[job.state]
+        return JOB_OUTCOMES.get(job.state, job.state)
 
     @property
     def made_elsewhere(self):
@@ -276,7 +276,14 @@ EXTERNAL_OUTCOMES = {
     "pending": "failed again",
     "discarded": "failed again",
 }
-JOB_OUTCOMES = {"ready": "pending", "running": "pending", "done": "succeeded", "dead": "dead again"}
+JOB_OUTCOMES = {
+    "ready": "pending",
+    "running": "pending",
+    "done": "succeeded",
+    "dead": "dead again",
+    # An operator cancelled the replay's job before it ran (jobqueue.store.job_actions).
+    "cancelled": "cancelled",
+}
 
 
 class PendingCount(models.Model):

@@ -72,3 +72,78 @@ def record_reveal(user, letter, *, via: str):
         via=via,
         at=timezone.now(),
     )
+
+
+# Edits (deadletters/edits.py): a masked value an operator left as it was is put back, never
+# sent to a job as the mask; in a diff a changed masked value shows as changed, not as itself.
+CHANGED = f"{REDACTED} (changed)"
+_NOWHERE = object()
+
+
+def restore_masked(new, original, path: str, patterns=None):
+    """`new`, an edit of the masked `original`, with each mask (REDACTED) put back to the
+    original value it hid. A mask is put back only where its place is unambiguous: under a
+    sensitive key, with the same keys and lists of the same lengths on the way there as in the
+    original. ValueError names any other mask: a job must never receive it."""
+    return _restore(new, original, matcher(patterns), path)
+
+
+def _restore(new, original, pattern, path):
+    if isinstance(new, dict):
+        restored = {}
+        for key, value in new.items():
+            here = f"{path}[{key!r}]"
+            before = original.get(key, _NOWHERE) if isinstance(original, dict) else _NOWHERE
+            if (
+                value == REDACTED
+                and before is not _NOWHERE
+                and pattern is not None
+                and pattern.search(str(key))
+            ):
+                restored[key] = before
+            else:
+                restored[key] = _restore(value, before, pattern, here)
+        return restored
+    if isinstance(new, list):
+        aligned = isinstance(original, list) and len(original) == len(new)
+        return [
+            _restore(value, original[n] if aligned else _NOWHERE, pattern, f"{path}[{n}]")
+            for n, value in enumerate(new)
+        ]
+    if new == REDACTED and original != REDACTED:  # the original may hold the text itself
+        raise ValueError(
+            f"{path} is the mask {REDACTED}, not a value: the value it hides could not be "
+            "matched to its place in the original (a masked value is kept only under its own "
+            "key, with lists of the same length on the way). Reveal the values to edit it, or "
+            "type a new value."
+        )
+    return new
+
+
+def redact_pair(old, new, patterns=None):
+    """`old` and `new` masked for a diff of the two: a masked value of `new` that differs from
+    the one at the same place in `old` (or is not there) shows as CHANGED."""
+    pattern = matcher(patterns)
+    if pattern is None:
+        return old, new
+    return _redact(old, pattern), _redact_against(new, old, pattern)
+
+
+def _redact_against(value, old, pattern):
+    if isinstance(value, dict):
+        before = old if isinstance(old, dict) else {}
+        return {
+            k: (
+                (REDACTED if k in before and before[k] == v else CHANGED)
+                if pattern.search(str(k))
+                else _redact_against(v, before.get(k, _NOWHERE), pattern)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        aligned = isinstance(old, list | tuple) and len(old) == len(value)
+        return [
+            _redact_against(v, old[n] if aligned else _NOWHERE, pattern)
+            for n, v in enumerate(value)
+        ]
+    return value

@@ -40,6 +40,7 @@ class ListFilter:
     state: str = ""
     fingerprint: str = ""
     order: str = "newest"
+    payload_search: bool = False  # q looks in payload values too (FilterForm.to_filter)
 
     def as_json(self) -> dict:
         """The filter as recorded in the audit log."""
@@ -61,7 +62,7 @@ def filtered(f: ListFilter):
     if f.source:
         qs = qs.filter(source=f.source)
     if f.q:
-        qs = search.matching(qs, f.q)
+        qs = search.matching(qs, f.q, payload=f.payload_search)
     if f.since:
         qs = qs.filter(dead_lettered_at__gte=f.since)
     if f.until:
@@ -545,3 +546,20 @@ def _preload_letter_states(items):
             state, ref, source = states[item.dead_letter_id]
             item.letter_state = (state, ref)
             item.letter_source = source
+
+
+def audit_exports(f: AuditFilter, *, size: int = 50) -> list:
+    """The most recent exports (deadletters.Export) the audit filter matches: by operator, by
+    time, and by job type where the export's filter named that job type."""
+    from .models import Export
+
+    rows = Export.objects.all()
+    if f.operator:
+        rows = rows.filter(operator_name=f.operator)
+    if f.job_type:
+        rows = rows.filter(filter__job_type=f.job_type)
+    if f.since:
+        rows = rows.filter(at__gte=f.since)
+    if f.until:
+        rows = rows.filter(at__lt=f.until)
+    return list(rows.order_by("-at", "-id")[:size])

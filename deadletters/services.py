@@ -19,12 +19,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobqueue import schedules, store
-from jobqueue.models import DeadLetter
+from jobqueue.models import DeadLetter, Job, JobState
 
 from . import conf
 from .models import (
     ACTIVE_STATES,
     Action,
+    CanaryState,
     JobSelection,
     Outcome,
     PendingCount,
@@ -78,19 +79,39 @@ def start_run(
     allow_poisoned: bool = False,
     rate: float | None = None,
     background: bool = True,
+    canary_size: int = 0,
+    canary_max_dead_share: float | None = None,
+    canary_timeout: float | None = None,
     now=None,
 ) -> ReplayRun:
     """Confirm a frozen selection as a run.
 
     A run of at most one batch is carried out here, in the transaction that records it. A
     larger one is handed to the background runner on our queue (`background=False`: the caller
-    drives it with `carry_out`, as the CLI does).
+    drives it with `carry_out`, as the CLI does). A run of more items than the approval
+    threshold (conf.approval_threshold) is created awaiting approval and not started: a second
+    user's `approve` starts it the same way.
+
+    A replay run may start with a canary of `canary_size` items (0: none; the console and the
+    CLI default to REDRIVE["CANARY_SIZE"], callers here choose): see `_watch_canary`. A canary
+    as large as the selection is none (nothing would be left to hold back), and a discard has
+    none. The allowed share and the timeout default to the settings.
     """
     # Checked again here, not only in the form, the CLI and at start-up: a rate or batch size
     # out of range would overflow the schedule or loop without progress in the runner.
     try:
         rate = conf.validate_replay_rate(conf.get("REPLAY_RATE") if rate is None else rate)
         batch_size = conf.validate_replay_batch_size(conf.get("REPLAY_BATCH_SIZE"))
+        canary_size = conf.validate_canary_size(canary_size)
+        canary_share = conf.validate_canary_share(
+            conf.get("CANARY_MAX_DEAD_SHARE")
+            if canary_max_dead_share is None
+            else canary_max_dead_share
+        )
+        canary_timeout = conf.validate_canary_timeout(
+            conf.get("CANARY_TIMEOUT") if canary_timeout is None else canary_timeout
+        )
+        threshold = conf.approval_threshold()
     except ValueError as exc:
         raise RefusedError(str(exc)) from None
     reason = (reason or "").strip()
@@ -128,16 +149,35 @@ def start_run(
             batch_size=batch_size,
             rate=rate,
             requested=len(ids),
+            canary_size=(
+                canary_size if selection.action == Action.REPLAY and canary_size < len(ids) else 0
+            ),
+            canary_max_dead_share=canary_share,
+            canary_timeout=canary_timeout,
             created_at=now,
             updated_at=now,
+            # Two-person rule: over the threshold it waits for a second user's `approve`.
+            **(
+                {"state": RunState.AWAITING}
+                if threshold is not None and len(ids) > threshold
+                else {}
+            ),
         )
-        if run.requested <= run.batch_size:
-            # Under a rate only the first item(s) may go now; the runner does the rest on time.
-            process_batch(run.pk, now=now, reschedule=background)
-            run.refresh_from_db()
-        elif background:
-            _enqueue_runner(run)
+        if run.state != RunState.AWAITING:
+            _begin(run, now=now, background=background)
     return run
+
+
+def _begin(run: ReplayRun, *, now, background: bool):
+    """Start a confirmed (or approved) run, in the caller's transaction: a run of at most one
+    batch is carried out here; a larger one is handed to the background runner
+    (`background=False`: the caller drives it with `carry_out`)."""
+    if run.requested <= run.batch_size:
+        # Under a rate only the first item(s) may go now; the runner does the rest on time.
+        process_batch(run.pk, now=now, reschedule=background)
+        run.refresh_from_db()
+    elif background:
+        _enqueue_runner(run)
 
 
 def _enqueue_runner(run: ReplayRun, *, at=None):
@@ -209,12 +249,17 @@ def _process_batch(
         ):
             return BatchResult(0, False)
         now = now or timezone.now()
+        if run.canary_state == CanaryState.WATCHING:
+            return _watch_canary(run, now, reschedule=reschedule)
         allowed, due = _allowance(run, now)
         if not allowed:  # a runner woke before its time (clocks differ between machines)
             if reschedule:
                 _continue_later(run, due)
                 run.save(update_fields=["generation"])
             return BatchResult(0, True, due)
+        if run.canary_size and not run.canary_state:
+            # The canary goes alone: no item after it before its jobs are judged.
+            allowed = min(allowed, run.canary_size - run.processed)
         ids = run.selection.dead_letter_ids[run.processed : run.processed + allowed]
         letters = _lock_in_order(ids)
         batch_no = run.batches + 1
@@ -259,8 +304,17 @@ def _process_batch(
             run.next_item_at = due + timedelta(seconds=len(ids) / _pace(run.rate))
             if run.next_item_at > now and run.state in ACTIVE_STATES:
                 due_at = run.next_item_at
-                if reschedule:
-                    _continue_later(run, due_at)
+        if (
+            run.canary_size
+            and not run.canary_state
+            and run.processed >= run.canary_size
+            and run.state in ACTIVE_STATES
+        ):
+            # The whole canary is out: a fresh runner looks at its jobs in a moment.
+            run.canary_state, run.canary_started_at = CanaryState.WATCHING, now
+            due_at = now + timedelta(seconds=min(CANARY_CHECK_SECONDS, run.canary_timeout))
+        if due_at is not None and reschedule:
+            _continue_later(run, due_at)
         run.save()
         return BatchResult(len(ids), run.state in ACTIVE_STATES, due_at)
 
@@ -302,6 +356,129 @@ def _continue_later(run: ReplayRun, at):
     transaction that enqueues the continuation."""
     run.generation += 1
     _enqueue_runner(run, at=at)
+
+
+# How often a watched canary's jobs are looked at: each look is a short runner job (or, in the
+# CLI, a wait in its own process), so a watching run holds no worker slot meanwhile.
+CANARY_CHECK_SECONDS = 1.0
+# The name a canary's halt is recorded under (RunEvent.operator_name, ReplayRun.stopped_by); its
+# RunEvent.operator is the run's operator, the account the run acts for.
+CANARY_ACTOR = "canary"
+
+
+@dataclass
+class CanaryTally:
+    """What became of a canary's replays. Only items that made a replay count: a canary item
+    skipped (poisoned, no longer pending) is judged by nobody."""
+
+    replayed: int = 0
+    done: int = 0  # its job (or external replay) succeeded
+    dead: int = 0  # it died again (a job cancelled by an operator counts here too)
+
+    @property
+    def unfinished(self) -> int:
+        return self.replayed - self.done - self.dead
+
+    @property
+    def failed_share(self) -> float:
+        """The share that failed, unfinished replays counted as failures (they are judged
+        only at the timeout); 0 if nothing was replayed."""
+        return (self.dead + self.unfinished) / self.replayed if self.replayed else 0.0
+
+
+CANARY_JOB_VERDICT = {
+    JobState.DONE: "done",
+    JobState.DEAD: "dead",
+    JobState.CANCELLED: "dead",
+}
+CANARY_LETTER_VERDICT = {"replayed": "done", "pending": "dead", "discarded": "dead"}
+
+
+def canary_tally(run: ReplayRun) -> CanaryTally:
+    """Read the canary's outcome: the first `canary_size` rows of the run's ledger are exactly
+    its items (they commit before any item after them). A replay job's state says done, dead
+    or unfinished (ready, running); a replay that made no job of ours (django-q2, outbox), or
+    whose job was pruned, is read from its letter as the ledger reads it."""
+    rows = (
+        ReplayItem.objects.filter(run_id=run.pk)
+        .order_by("id")
+        .values_list("dead_letter_id", "outcome", "job_id", "external_id")[: run.canary_size]
+    )
+    items = [(pk, job, ref) for pk, outcome, job, ref in rows if outcome == Outcome.REPLAYED]
+    jobs = {}
+    for chunk in in_chunks([job for _, job, _ in items if job is not None]):
+        jobs.update(Job.objects.filter(pk__in=chunk).values_list("pk", "state"))
+    letters = {}
+    for chunk in in_chunks([pk for pk, job, _ in items if job not in jobs]):
+        letters.update(
+            (pk, (state, ref))
+            for pk, state, ref in DeadLetter.objects.filter(pk__in=chunk).values_list(
+                "pk", "state", "replay_ref"
+            )
+        )
+    tally = CanaryTally(replayed=len(items))
+    for pk, job, ref in items:
+        if job in jobs:
+            verdict = CANARY_JOB_VERDICT.get(jobs[job])
+        else:
+            state, latest_ref = letters.get(pk, (None, None))
+            # A later replay of the letter means this one died.
+            verdict = "dead" if ref and latest_ref != ref else CANARY_LETTER_VERDICT.get(state)
+        if verdict == "done":
+            tally.done += 1
+        elif verdict == "dead":
+            tally.dead += 1
+    return tally
+
+
+def canary_as_judged(run: ReplayRun) -> CanaryTally:
+    """The canary as its runner last judged it (the counts stored on the run), for the run
+    page: `unfinished` were still pending then, or at the timeout, counted as failures."""
+    outcomes = (
+        ReplayItem.objects.filter(run_id=run.pk)
+        .order_by("id")
+        .values_list("outcome", flat=True)[: run.canary_size]
+    )
+    replayed = sum(1 for outcome in outcomes if outcome == Outcome.REPLAYED)
+    return CanaryTally(replayed=replayed, done=run.canary_done, dead=run.canary_dead)
+
+
+def _watch_canary(run: ReplayRun, now, *, reschedule: bool) -> BatchResult:
+    """One look at a watched canary, with the run row locked (from `_process_batch`).
+
+    Until each of its replays finished, or `canary_timeout` seconds after the canary went out,
+    the run waits: a continuation runner (with `reschedule`) or the caller (`carry_out`) looks
+    again in CANARY_CHECK_SECONDS, never sleeping in a worker slot. Then it decides: if more
+    than `canary_max_dead_share` of the replayed canary died again (replays still unfinished
+    at the timeout counted as failures), the run halts itself (state halted, a RunEvent
+    "halted" under the name CANARY_ACTOR) until an operator resumes it (`resume`); otherwise
+    the canary passed and the rest of the run goes on from here."""
+    tally = canary_tally(run)
+    run.canary_done, run.canary_dead = tally.done, tally.dead
+    run.updated_at = now  # the runner is alive: a watched run is not stalled
+    deadline = (run.canary_started_at or now) + timedelta(seconds=run.canary_timeout)
+    if tally.unfinished and now < deadline:
+        due_at = min(now + timedelta(seconds=CANARY_CHECK_SECONDS), deadline)
+        if reschedule:
+            _continue_later(run, due_at)
+        run.save()
+        return BatchResult(0, True, due_at)
+    if tally.failed_share > run.canary_max_dead_share:
+        run.state = RunState.HALTED
+        run.canary_state = CanaryState.HALTED
+        run.stopped_by = CANARY_ACTOR
+        run.save()
+        RunEvent.objects.create(
+            run_id=run.pk,
+            action=RunControl.HALTED,
+            operator_id=run.operator_id,
+            operator_name=CANARY_ACTOR,
+            at=now,
+        )
+        return BatchResult(0, False)
+    run.canary_state = CanaryState.PASSED
+    run.save()
+    return BatchResult(0, True)
 
 
 def _lock_in_order(ids) -> dict:
@@ -387,7 +564,11 @@ def cancel(run: ReplayRun, *, operator, now=None) -> bool:
 
 def _stop(run, state, *, operator, now) -> bool:
     now = now or timezone.now()
-    stoppable = [*ACTIVE_STATES] + ([RunState.PAUSED] if state == RunState.CANCELLED else [])
+    stoppable = [*ACTIVE_STATES] + (
+        [RunState.PAUSED, RunState.HALTED] if state == RunState.CANCELLED else []
+    )
+    if state == RunState.CANCELLED:
+        stoppable.append(RunState.AWAITING)  # refused approval: it never starts
     with transaction.atomic():
         changed = ReplayRun.objects.filter(pk=run.pk, state__in=stoppable).update(
             state=state,
@@ -412,12 +593,17 @@ def _record_control(run, action, operator, now):
 
 
 def resume(run: ReplayRun, *, operator, now=None) -> bool:
-    """Continue a paused run (or restart the runner of a stuck one) with a fresh runner."""
+    """Continue a paused run (or restart the runner of a stuck one) with a fresh runner.
+
+    A run its canary halted goes on too, with the items after the canary: the operator's
+    deliberate override, kept as the canary's state and in the RunEvent."""
     now = now or timezone.now()
     with transaction.atomic():
         locked = ReplayRun.objects.select_for_update().get(pk=run.pk)
-        if locked.state not in (*ACTIVE_STATES, RunState.PAUSED):
+        if locked.state not in (*ACTIVE_STATES, RunState.PAUSED, RunState.HALTED):
             return False
+        if locked.state == RunState.HALTED:
+            locked.canary_state = CanaryState.OVERRIDDEN
         locked.state = RunState.RUNNING if locked.started_at else RunState.QUEUED
         locked.generation += 1
         locked.stopped_by = ""
@@ -429,6 +615,44 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
         _enqueue_runner(locked, at=due)
     run.refresh_from_db()
     return True
+
+
+def approve(run: ReplayRun, *, operator, background: bool = True, now=None) -> ReplayRun:
+    """The two-person rule: a second user holding the run's action permission (and, for a run
+    past the poison limit, that permission too) approves a run awaiting approval, which then
+    starts exactly as a run under the threshold starts (`_begin`). Both names stay on the run:
+    `operator_name` asked, `approved_by` approved (with a RunEvent). RefusedError, changing
+    nothing, for the requester's own run, a missing permission or a run not awaiting."""
+    from .roles import ACTION_PERMISSION, POISON
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = ReplayRun.objects.select_for_update().get(pk=run.pk)
+        if locked.state != RunState.AWAITING:
+            raise RefusedError(
+                f"The run is {locked.get_state_display().lower()}: there is nothing to approve."
+            )
+        if locked.operator_id == operator.pk:
+            raise RefusedError(
+                "You asked for this run: a second person must approve it (two-person rule)."
+            )
+        needed = [ACTION_PERMISSION[locked.action]] + ([POISON] if locked.allow_poisoned else [])
+        missing = [perm for perm in needed if not operator.has_perm(perm)]
+        if not operator.is_active or missing:
+            raise RefusedError(
+                f"{operator.get_username()} may not approve this run (needs {missing[0]})."
+                if missing
+                else f"{operator.get_username()} is not an active user."
+            )
+        locked.state = RunState.QUEUED
+        locked.approved_by = operator.get_username()
+        locked.approved_at = now
+        locked.updated_at = now
+        locked.save(update_fields=["state", "approved_by", "approved_at", "updated_at"])
+        _record_control(locked, RunControl.APPROVED, operator, now)
+        _begin(locked, now=now, background=background)
+    run.refresh_from_db()
+    return run
 
 
 def control_queue(action: str, queue: str, *, operator, reason: str, now=None) -> bool:
@@ -487,3 +711,128 @@ def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> li
         raise
     JobSelection.objects.filter(pk=selection.pk).update(changed=len(changed))
     return changed
+
+
+def edit_and_replay(
+    *,
+    operator,
+    dead_letter_id: int,
+    args,
+    kwargs,
+    reason: str,
+    allow_poisoned: bool = False,
+    now=None,
+):
+    """Replay one pending dead letter with an operator's edited payload (issue 18): the new job
+    gets the checked payload (deadletters.edits.checked: masks put back, storable, taken by the
+    task, passed by its validator) and everything else a replay keeps; the letter keeps its own
+    payload. Refused as a replay is (not pending, past the poison limit unless
+    `allow_poisoned`, key held by a live job), and for a source that replays its own payload.
+
+    One transaction writes the job, the letter's replaying state, the PayloadEdit (old and new
+    payloads, the job) and the audit a replay writes (a one-item run with its ledger row, its
+    filter naming the edit). The caller checks the edit permission (and the poison one).
+    RefusedError, writing nothing, says why not.
+    """
+    from . import edits
+    from .models import PayloadEdit
+
+    reason = (reason or "").strip()
+    if not reason:
+        raise RefusedError("A reason is required.")
+    letter = DeadLetter.objects.filter(pk=dead_letter_id).first()
+    if letter is None:
+        raise RefusedError(f"No dead letter #{dead_letter_id}.")
+    refuse_unless_editable(letter, allow_poisoned=allow_poisoned)
+    try:
+        args, kwargs = edits.checked(letter, args, kwargs)
+    except edits.InvalidEdit as exc:
+        raise RefusedError(str(exc)) from None
+    if (args, kwargs) == (letter.args, letter.kwargs):
+        raise RefusedError("The payload is unchanged: replay the letter instead of editing it.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = _lock_in_order([letter.pk])  # the letter, then its counter, as a batch does
+        if letter.pk not in locked:
+            raise RefusedError(f"No dead letter #{dead_letter_id}.")
+        letter.refresh_from_db()  # its state and replay count under the lock
+        refuse_unless_editable(letter, allow_poisoned=allow_poisoned)
+        try:
+            outcome = store.replay_edited(letter.pk, args=args, kwargs=kwargs, now=now)
+        except (TypeError, ValueError) as exc:  # checked above; the store checks again
+            raise RefusedError(f"Not a payload a job can carry: {exc}.") from None
+        if letter.pk in outcome.skipped:
+            raise RefusedError(f"Not replayed: {outcome.skipped[letter.pk]}.")
+        job = outcome.done[letter.pk]
+        edit = PayloadEdit.objects.create(
+            dead_letter=letter,
+            operator=operator,
+            operator_name=operator.get_username(),
+            reason=reason,
+            old_args=letter.args,
+            old_kwargs=letter.kwargs,
+            new_args=job.args if job else args,
+            new_kwargs=job.kwargs if job else kwargs,
+            job=job,
+            at=now,
+        )
+        recorded = {"payload_edit": edit.pk}
+        selection = Selection.objects.create(
+            operator=operator,
+            action=Action.REPLAY,
+            filter=recorded,
+            dead_letter_ids=[letter.pk],
+            created_at=now,
+        )
+        run = ReplayRun.objects.create(
+            action=Action.REPLAY,
+            selection=selection,
+            operator=operator,
+            operator_name=operator.get_username(),
+            reason=reason,
+            filter=recorded,
+            job_types=[letter.task_path],
+            allow_poisoned=allow_poisoned,
+            batch_size=1,
+            rate=0,
+            state=RunState.FINISHED,
+            requested=1,
+            processed=1,
+            done=1,
+            batches=1,
+            created_at=now,
+            started_at=now,
+            finished_at=now,
+            updated_at=now,
+        )
+        ReplayItem.objects.create(
+            run=run,
+            dead_letter_id=letter.pk,
+            task_path=letter.task_path,
+            outcome=Outcome.REPLAYED,
+            job_id=job.pk if job else None,
+            external_id=outcome.refs.get(letter.pk, ""),
+            batch=1,
+            at=now,
+        )
+    return edit
+
+
+def refuse_unless_editable(letter, *, allow_poisoned: bool):
+    """The rules of a replay, for one letter about to be edited (RefusedError says which)."""
+    from jobqueue.models import DeadLetterState
+    from jobqueue.store import sources
+
+    if letter.state != DeadLetterState.PENDING:
+        raise RefusedError(
+            "Only a pending dead letter can be edited and replayed, not this one: "
+            f"{store.SKIP_REASONS[letter.state]}."
+        )
+    if not sources.editable(letter.source):
+        raise RefusedError(
+            f"Letters of source {letter.source!r} are replayed as they are, not edited: "
+            "replay it from its page."
+        )
+    limit = conf.get("MAX_REPLAYS")
+    if letter.replays >= limit and not allow_poisoned:
+        raise RefusedError(f"Not replayed: {POISON_REASON.format(n=limit)}.")

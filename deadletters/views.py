@@ -3,6 +3,7 @@
 HTMX requests get the partial that changes (`template#partial`), full loads the whole page.
 """
 
+import json
 from functools import wraps
 
 from django.contrib import messages
@@ -14,6 +15,7 @@ from django.http import (
     HttpResponseBadRequest,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
+    StreamingHttpResponse,
 )
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
@@ -25,11 +27,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
+from jobqueue.store import sources
 
-from . import conf, jobs, redaction, search, selectors, services, workflows
+from . import conf, edits, exports, jobs, redaction, search, selectors, services, workflows
 from .forms import (
     AuditFilterForm,
     ConfirmForm,
+    EditForm,
     FilterForm,
     JobActionForm,
     JobConfirmForm,
@@ -42,8 +46,8 @@ from .forms import (
     SelectionForm,
     refusal,
 )
-from .models import Action, JobSelection, ReplayRun, Selection
-from .roles import ACT_ON_JOB, ACTION_PERMISSION, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
+from .models import Action, JobSelection, ReplayRun, RunState, Selection
+from .roles import ACT_ON_JOB, ACTION_PERMISSION, EDIT, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 
@@ -174,7 +178,7 @@ def overview(request):
 @console_view
 def letter_list(request):
     form = ListPageForm(request.GET)
-    f = form.to_filter()
+    f = form.to_filter(payload_search=_sees_payloads(request.user))
     cursors = form.cleaned_data
     result = selectors.page(f, after=cursors.get("after"), before=cursors.get("before"))
     echo = form.echo()
@@ -210,8 +214,16 @@ def matching_count(request):
         # The list links here with its valid filters only; a count of some other filter than
         # the one a select-all would freeze must not be offered.
         return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
-    count, more = selectors.count_matching(form.to_filter())
+    count, more = selectors.count_matching(
+        form.to_filter(payload_search=_sees_payloads(request.user))
+    )
     return render(request, "deadletters/list.html#select-all", {"count": count, "more": more})
+
+
+def _sees_payloads(user) -> bool:
+    """Whether a search may look in payload values for `user`: only for one who may see them
+    unmasked, or a search would tell which letters hold a masked value."""
+    return user.has_perm(redaction.REVEAL_PERMISSION)
 
 
 def _permissions(user):
@@ -229,6 +241,9 @@ def _detail_permissions(user, detail):
         **_permissions(user),
         # A link to the letter's original (django-q2's admin page) only for who can open it.
         "can_follow_origin_link": link is not None and link.open_to(user),
+        # Edit before replay: a pending letter of a source that replays an edited payload.
+        "can_edit": user.has_perm(EDIT),
+        "editable": detail.letter.state == "pending" and sources.editable(detail.letter.source),
     }
 
 
@@ -246,6 +261,7 @@ def letter_detail(request, pk):
             "d": detail,
             "letter": detail.letter,
             "workflow_id": workflows.for_letter(detail.letter),
+            "edits": edits.of_letter(detail.letter.pk),
             **_detail_permissions(request.user, detail),
         },
     )
@@ -271,6 +287,8 @@ def reveal(request, pk):
             "letter": detail.letter,
             "revealed": True,
             "workflow_id": workflows.for_letter(detail.letter),
+            # The edits' diffs unmasked too: this reveal is recorded for the letter.
+            "edits": edits.of_letter(detail.letter.pk, redacted=False),
             **_detail_permissions(request.user, detail),
         },
     )
@@ -291,7 +309,7 @@ def preview(request):
             # more than the operator saw.
             raise services.RefusedError(f"Refused: {refusal(form)}")
         if form.cleaned_data["select_all"]:
-            f = form.to_filter()
+            f = form.to_filter(payload_search=_sees_payloads(request.user))
             ids, recorded_filter = selectors.matching_ids(f), f.as_json()
         else:
             ids = form.cleaned_data["ids"]
@@ -357,6 +375,9 @@ def confirm(request, pk):
                 reason=form.cleaned_data["reason"],
                 allow_poisoned=allow_poisoned,
                 rate=form.cleaned_data["rate"],
+                # A discard has none: the service keeps the canary to replays.
+                canary_size=form.cleaned_data["canary_size"],
+                canary_max_dead_share=form.cleaned_data["canary_max_dead_share"],
             )
         except services.RefusedError as exc:
             form.add_error(None, str(exc))
@@ -373,6 +394,7 @@ def confirm(request, pk):
         "max_replays": conf.get("MAX_REPLAYS"),
         "batch_size": conf.get("REPLAY_BATCH_SIZE"),
         "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
+        "approval_threshold": _approval_threshold(),
     }
     return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
 
@@ -390,6 +412,8 @@ def _run_context(request, run, *, after=None, notice=""):
     items, next_after = selectors.run_items(run, after=after, through_batch=run.batches)
     if run.is_active:
         poll_every = 1
+    elif run.state == RunState.AWAITING:  # until someone else's approval starts it
+        poll_every = conf.get("OVERVIEW_POLL_SECONDS")
     elif any(item.job_outcome == "pending" for item in items):
         # Ended, but jobs it made have not run yet: their outcomes still change.
         poll_every = conf.get("OVERVIEW_POLL_SECONDS")
@@ -401,10 +425,12 @@ def _run_context(request, run, *, after=None, notice=""):
         "items": items,
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
+        "can_approve": _may_approve(request.user, run),
         "queue": conf.get("REPLAY_QUEUE"),
         "notice": notice,
         "poll_every": poll_every,
         "poll_url": f"{poll_url}?after={after}" if after else poll_url,
+        "canary": services.canary_as_judged(run) if run.canary_size else None,
     }
 
 
@@ -444,11 +470,14 @@ def audit(request):
     runs, next_before = selectors.audit_runs(
         form.to_filter(), before=form.cleaned_data.get("before")
     )
+    exports_ = selectors.audit_exports(form.to_filter())
     return render(
         request,
         "deadletters/audit.html",
         {
             "runs": runs,
+            "exports": exports_,
+            "edits": edits.for_audit(form.to_filter()),
             "next_before": next_before,
             "form": form,
             "filter_query": form.query(),
@@ -572,7 +601,7 @@ JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
 def job_list(request):
     """Every job, not only dead ones: by state, task, queue, key and text, newest first."""
     form = JobFilterForm(request.GET)
-    f = form.to_filter()
+    f = form.to_filter(payload_search=_sees_payloads(request.user))
     cursors = form.cleaned_data
     context = {
         "form": form,
@@ -640,7 +669,7 @@ def job_preview(request):
         if not form.is_valid():
             raise services.RefusedError(f"Refused: {refusal(form)}")
         if form.cleaned_data["select_all"]:
-            f = form.to_filter()
+            f = form.to_filter(payload_search=_sees_payloads(request.user))
             ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"))
             recorded = dict(form.echo())
         else:
@@ -689,3 +718,167 @@ def job_confirm(request, pk):
     return render(
         request, "deadletters/job_confirm.html", context, status=400 if form.errors else 200
     )
+
+
+DOING[exports.EXPORT] = "export dead letters"
+
+
+@require_GET
+@console_view
+@never_cache
+def export(request):
+    """The letters matching the list's filter as a CSV or JSON Lines download (`format`),
+    streamed; audited (deadletters.Export), payloads masked. A GET (a download link): it
+    changes nothing but the audit row. An invalid filter field is refused, never dropped: an
+    export of more than the operator asked for is the one thing it must not do."""
+    require(request.user, exports.EXPORT)
+    fmt = request.GET.get("format", "")
+    if fmt not in exports.FORMATS:
+        return HttpResponseBadRequest(
+            "Invalid format: ask for format=csv or format=jsonl.", content_type="text/plain"
+        )
+    form = FilterForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
+    record, chunks = exports.export(
+        operator=request.user,
+        filter=form.to_filter(payload_search=_sees_payloads(request.user)),
+        fmt=fmt,
+    )
+    response = StreamingHttpResponse(
+        (chunk.encode("utf-8") for chunk in chunks), content_type=exports.CONTENT_TYPES[fmt]
+    )
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(record)}"'
+    return response
+
+
+# --- edit before replay; the two-person rule (issue 18) -------------------------------------
+
+DOING[EDIT] = "edit a dead letter's payload and replay it"
+
+
+def _approval_threshold():
+    """The approval threshold for the confirm page's notice (None when off or misconfigured:
+    `manage.py check` names a bad value, and confirming refuses with its message)."""
+    try:
+        return conf.approval_threshold()
+    except ValueError:
+        return None
+
+
+def _may_approve(user, run) -> bool:
+    """Offer the Approve button: a run awaiting approval, to a user other than its requester
+    who holds what the run does (services.approve checks it all again)."""
+    return (
+        run.state == RunState.AWAITING
+        and user.pk != run.operator_id
+        and user.has_perm(ACTION_PERMISSION[run.action])
+        and (not run.allow_poisoned or user.has_perm(POISON))
+    )
+
+
+@require_POST
+@console_view
+def run_approve(request, pk):
+    """The two-person rule: a second user approves a run awaiting approval, which starts it.
+    The requester's own approval, a run not awaiting, a missing permission: refused, the run
+    page saying why, nothing written."""
+    run = _run(pk)
+    require(request.user, ACTION_PERMISSION[run.action])
+    if run.allow_poisoned:
+        require(request.user, POISON)
+    try:
+        services.approve(run, operator=request.user)
+    except services.RefusedError as exc:
+        run.refresh_from_db()
+        response = render_page(
+            request, "deadletters/run.html", "live", _run_context(request, run, notice=str(exc))
+        )
+        response.status_code = 403 if run.operator_id == request.user.pk else 409
+        return response
+    messages.success(request, f"Approved: run #{run.pk} has started.")
+    return redirect("deadletters:run", pk=run.pk)
+
+
+def _payload_text(letter, *, redacted: bool) -> dict:
+    """The edit form's initial text: the letter's payload as pretty JSON, masked or not."""
+    payload = {"args": letter.args, "kwargs": letter.kwargs}
+    if redacted:
+        payload = redaction.redact(payload)
+    return {
+        name: json.dumps(value, indent=2, ensure_ascii=False) for name, value in payload.items()
+    }
+
+
+def _not_editable(letter) -> str:
+    """Why this letter cannot be edited and replayed, or ""."""
+    try:
+        services.refuse_unless_editable(letter, allow_poisoned=True)
+    except services.RefusedError as exc:
+        return str(exc)
+    return ""
+
+
+@console_view
+@never_cache
+def edit_letter(request, pk):
+    """Edit before replay. GET: the letter's payload as JSON in a form, masked values masked
+    (a masked value left as it is keeps its value). POST `reveal`: the same form unmasked, for
+    a user who may reveal (recorded like the detail page's reveal). POST: replay the letter with
+    the edited payload (deadletters.services.edit_and_replay), back to its page where the edit
+    and its diff are listed; refused with the form saying why, nothing written."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    require(request.user, EDIT)
+    letter = DeadLetter.objects.filter(pk=pk).first()
+    if letter is None:
+        raise NotFound("dead letter", pk, LETTER_GONE)
+    may_poison = request.user.has_perm(POISON)
+    refused = _not_editable(letter)
+    revealed, status, form = False, 200, None
+    if refused:
+        status = 409 if request.method == "POST" else 200
+    elif request.method == "POST" and "reveal" in request.POST:
+        require(request.user, redaction.REVEAL_PERMISSION)
+        redaction.record_reveal(request.user, letter, via="edit")
+        revealed = True
+        form = EditForm(initial=_payload_text(letter, redacted=False))
+    elif request.method == "POST":
+        form = EditForm(request.POST)
+        if form.is_valid():
+            allow_poisoned = form.cleaned_data["allow_poisoned"]
+            if allow_poisoned and not may_poison:
+                raise Missing(POISON)
+            try:
+                edit = services.edit_and_replay(
+                    operator=request.user,
+                    dead_letter_id=letter.pk,
+                    args=form.cleaned_data["args"],
+                    kwargs=form.cleaned_data["kwargs"],
+                    reason=form.cleaned_data["reason"],
+                    allow_poisoned=allow_poisoned,
+                )
+            except services.RefusedError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(
+                    request, f"Replayed with the edited payload: job {edit.job_id} is queued."
+                )
+                return HttpResponseRedirect(
+                    reverse("deadletters:detail", args=[letter.pk]) + f"#edit-{edit.pk}"
+                )
+        status = 400
+    else:
+        form = EditForm(initial=_payload_text(letter, redacted=True))
+    context = {
+        "letter": letter,
+        "form": form,
+        "refused": refused,
+        "revealed": revealed,
+        "can_reveal": request.user.has_perm(redaction.REVEAL_PERMISSION),
+        "poisoned": letter.replays >= conf.get("MAX_REPLAYS"),
+        "can_replay_poisoned": may_poison,
+        "max_replays": conf.get("MAX_REPLAYS"),
+        "masked": redaction.REDACTED,
+    }
+    return render(request, "deadletters/edit.html", context, status=status)

@@ -259,7 +259,8 @@ def check_settings(app_configs=None, **kwargs):
             )
             continue
         default, _app = declared[key]
-        if _kind(value) != _kind(default) and not (value is None and default is None):
+        # A default of None (off) takes a value of any kind: its app checks it.
+        if default is not None and _kind(value) != _kind(default):
             found.append(
                 checks.Error(
                     f"REDRIVE[{key!r}] must be {_kind(default)}, not {value!r}.",
@@ -268,6 +269,8 @@ def check_settings(app_configs=None, **kwargs):
                 )
             )
     for name in dir(settings):
+        if name in conf.top_level():
+            continue
         moved = LEGACY_SETTINGS.get(name) or (
             f'REDRIVE["{name.removeprefix(LEGACY_PREFIX)}"]'
             if name.startswith(LEGACY_PREFIX)

@@ -13,14 +13,24 @@ CREATE INDEX IF NOT EXISTS jobqueue_dl_search_idx ON jobqueue_deadletter USING g
 """
 
 
+# The error text alone: what a user who may not see masked payload values searches.
+ERROR_INDEX = """
+CREATE INDEX IF NOT EXISTS jobqueue_dl_error_search_idx ON jobqueue_deadletter USING gin (
+    to_tsvector('simple'::regconfig, last_error)
+)
+"""
+
+
 def create(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(INDEX)
+        schema_editor.execute(ERROR_INDEX)
 
 
 def drop(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute("DROP INDEX IF EXISTS jobqueue_dl_search_idx")
+        schema_editor.execute("DROP INDEX IF EXISTS jobqueue_dl_error_search_idx")
 
 
 class Migration(migrations.Migration):

@@ -7,7 +7,8 @@ By concern:
     jobs.py             enqueue, claim, acknowledge, extend, fail, release, sweep
     outbox_messages.py  the outbox table's rows: insert, claim, publish, retry, bury, prune
     leases.py           the lease lifecycle both of them follow
-    dead_letters.py     replay, discard, and how a letter is (re)written pending
+    dead_letters.py     replay (also one letter with an edited payload), discard, and how a
+                        letter is (re)written pending
     sources/            one module per dead-letter source (jobs, outbox, django-q2)
     workers.py          the worker registry and per-minute counters
     queues.py           queue pause and resume, audited
@@ -29,6 +30,7 @@ from .dead_letters import (
     Resolution,
     discard,
     replay,
+    replay_edited,
 )
 from .jobs import (
     UNIQUE_STATES,
@@ -94,6 +96,7 @@ __all__ = [
     "record_worker",
     "release",
     "replay",
+    "replay_edited",
     "schedules",
     "storable_json",
     "storable_text",

@@ -19,6 +19,7 @@ from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 
 from . import dialects, sources
+from .payloads import check_payload, normalized
 
 SKIP_REASONS = {
     DeadLetterState.REPLAYING: "an earlier replay is still pending",
@@ -28,6 +29,7 @@ SKIP_REASONS = {
 SKIP_KEY_HELD = "a live job already holds its idempotency key"
 SKIP_MISSING = "no such dead letter"
 SKIP_NO_SOURCE = "no dead-letter source {name!r} is registered"
+SKIP_NOT_EDITABLE = "letters of source {name!r} are replayed as they are, not edited"
 
 
 @dataclass
@@ -96,6 +98,48 @@ def replay(
                     resolution.refs[letter.pk] = result.ref
                 replayed.append((letter.pk, result.job.pk if result.job else None, result.ref))
         if replayed:
+            dialects.of(using).mark_replaying(connections[using], replayed, now=now)
+    return resolution
+
+
+def replay_edited(
+    dead_letter_id: int,
+    *,
+    args,
+    kwargs,
+    now: datetime | None = None,
+    using: str = "default",
+) -> Resolution:
+    """Replay one pending dead letter with a replacement payload: its new job has the letter's
+    task, queue, key, attempt budget and place in its ordering key (as `replay` makes it), and
+    these arguments; the letter keeps its own (it is the record of what died). Skipped for the
+    same reasons as `replay`, and when its source cannot replay an edit (`sources.editable`).
+
+    The payload must be what any job may carry (a JSON array and object, storable, within
+    MAX_PAYLOAD_BYTES): TypeError or ValueError otherwise, before anything is written. Whether
+    the task takes these arguments is the caller's to check.
+    """
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise TypeError("args must be a JSON array and kwargs a JSON object")
+    args, kwargs = normalized(args), normalized(kwargs)
+    check_payload(args, kwargs)
+    now = now or timezone.now()
+    pk = dead_letter_id
+    resolution = Resolution()
+    with transaction.atomic(using=using):
+        for source, (letter,) in classify([pk], _lock([pk], using), resolution).items():
+            edit = getattr(source, "replay_edited", None)
+            if not callable(edit):
+                resolution.skipped[pk] = SKIP_NOT_EDITABLE.format(name=source.name)
+                continue
+            result = edit(letter, args, kwargs, now=now, using=using)
+            if isinstance(result, str):
+                resolution.skipped[pk] = result
+                continue
+            resolution.done[pk] = result.job
+            if result.ref is not None:
+                resolution.refs[pk] = result.ref
+            replayed = [(pk, result.job.pk if result.job else None, result.ref)]
             dialects.of(using).mark_replaying(connections[using], replayed, now=now)
     return resolution
 

@@ -301,3 +301,50 @@ def test_a_listing_whose_reader_left_ends_quietly(argv):
         cmd.run_from_argv(["manage.py", *argv])
     assert exit.value.code == 141
     assert err.getvalue() == ""
+
+
+DAYS = st.one_of(st.sampled_from(["2020-01-01", "2024-02-30", "9999-12-31", "0001-01-01"]), TEXTS)
+
+
+@HYPOTHESIS
+@given(
+    pairs(
+        {**FILTERS, "--format": TEXTS, "--state": TEXTS, "--fingerprint": TEXTS,
+         "--search": TEXTS, "--since": DAYS, "--until": DAYS, "--order": TEXTS,
+         "--operator": TEXTS}
+    ),
+    st.sampled_from(["oncall", "chief", "nobody"]),
+    st.sampled_from(["csv", "jsonl"]),
+)  # fmt: skip
+def test_export_arguments(oncall, chief, letters, argv, who, fmt):
+    """Never --output here: a fuzzed path would be a file made anywhere."""
+    from deadletters.models import Export
+
+    before = Export.objects.count()
+    result = check(["deadletters", "export", "--format", fmt, *argv, "--operator", who])
+    assert Export.objects.count() == before + (result.code == 0)
+
+
+@HYPOTHESIS
+@given(
+    st.one_of(IDS, st.none()),
+    pairs({"--operator": TEXTS}),
+    st.sampled_from(["oncall", "chief", "nobody"]),
+)
+def test_approve_arguments(oncall, chief, letters, settings, run_id, argv, who):
+    """`approve RUN --operator NAME` (the two-person rule): oncall's run is refused to oncall
+    and to anyone unknown, and carried out when chief approves it."""
+    from deadletters import services
+
+    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": 1}
+    awaiting = ReplayRun.objects.filter(state="awaiting").first()
+    if awaiting is None:
+        ids = list(DeadLetter.objects.values_list("pk", flat=True)[:2])
+        selection = services.freeze_selection(operator=oncall, action="replay", ids=ids)
+        awaiting = services.start_run(operator=oncall, selection=selection, reason="API back")
+    run_id = str(awaiting.pk) if run_id is None else run_id
+    result = check(["deadletters", "approve", run_id, *argv, "--operator", who])
+    if result.code == 0:
+        assert ReplayRun.objects.get(pk=awaiting.pk).approved_by == "chief"
+    else:
+        assert ReplayRun.objects.get(pk=awaiting.pk).state == "awaiting"

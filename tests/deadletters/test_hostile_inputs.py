@@ -23,6 +23,7 @@ from deadletters import services, urls
 from deadletters.forms import (
     AuditFilterForm,
     ConfirmForm,
+    EditForm,
     FilterForm,
     JobActionForm,
     JobConfirmForm,
@@ -92,6 +93,9 @@ PLAUSIBLE = {
     "state": st.sampled_from(["pending", "dead", "waiting"]),
     "order": st.just("oldest"),
     "source": st.just("jobqueue"),
+    "args": st.sampled_from(["[]", "[1]", '["••••"]']),
+    "kwargs": st.sampled_from(["{}", '{"n": 1}']),
+    "format": st.sampled_from(["csv", "jsonl"]),
 }
 
 
@@ -145,6 +149,8 @@ ENDPOINTS = {
     "run-control": (["POST"], [], "runs/{run}/{command}/"),
     "audit": (["GET"], list(AuditFilterForm.base_fields), "audit/"),
     "reveal": (["POST"], [], "{letter}/reveal/"),
+    "edit": (["GET", "POST"], [*EditForm.base_fields, "reveal"], "{letter}/edit/"),
+    "run-approve": (["POST"], [], "runs/{run}/approve/"),
     "health": (["GET"], [], "health/"),
     "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
@@ -156,6 +162,7 @@ ENDPOINTS = {
     "schedule-act": (["POST"], list(ScheduleActionForm.base_fields), "schedules/act/"),
     "workflows": (["GET"], list(WorkflowFilterForm.base_fields), "workflows/"),
     "workflow": (["GET"], [], "workflows/{workflow}/"),
+    "export": (["GET"], [*FilterForm.base_fields, "format"], "export/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -292,20 +299,26 @@ def snapshot():
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
 ACCEPTED = re.compile(
     r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
-    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+)$"
+    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+"
+    r"|[0-9]+/#edit-[0-9]+)$"
 )
 
 
 def send(client, method, path, query, body, headers):
     url = f"{path}?{urlencode(query)}" if query else path
     if method == "GET":
-        return client.get(url, headers=headers)
+        response = client.get(url, headers=headers)
+        if response.streaming:  # an export: read to the end, where a failure would show
+            b"".join(response.streaming_content)
+        return response
     return client.post(
         url, urlencode(body), content_type="application/x-www-form-urlencoded", headers=headers
     )
 
 
 def refused(method, response) -> bool:
+    if method == "GET" and response.status_code == 200 and response.get("Content-Disposition"):
+        return False  # an export: a download that writes its audit row (deadletters.Export)
     if method == "GET" or response.status_code >= 400:
         return True
     if response.status_code == 302:

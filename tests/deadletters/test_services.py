@@ -8,7 +8,7 @@ from deadletters.models import ReplayItem, ReplayRun, RunState
 from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
 from jobqueue.worker import Worker
-from tests.factories import DeadLetterFactory
+from tests.factories import DeadLetterFactory, JobFactory
 
 from .conftest import user_with_role
 
@@ -283,3 +283,11 @@ def test_confirming_an_expired_preview_is_refused_clearly(operator):
     type(selection).objects.filter(pk=selection.pk).delete()  # expired meanwhile
     with pytest.raises(services.RefusedError, match="expired"):
         services.start_run(operator=operator, selection=selection, reason="r")
+
+
+def test_a_ledger_item_whose_replay_job_was_cancelled_says_so():
+    from deadletters.models import ReplayItem
+    from jobqueue.models import JobState
+
+    item = ReplayItem(job=JobFactory(state=JobState.CANCELLED))
+    assert item.job_outcome == "cancelled"

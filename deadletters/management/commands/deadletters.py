@@ -2,12 +2,14 @@
 
 import argparse
 import json
+import os
 
 from django.db import transaction
 
-from deadletters import conf, redaction, selectors, services
-from deadletters.models import Action, ReplayRun
-from deadletters.roles import ACTION_PERMISSION, POISON, VIEW
+from deadletters import conf, exports, redaction, selectors, services
+from deadletters.forms import FilterForm, refusal
+from deadletters.models import Action, ReplayRun, RunState
+from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
@@ -34,6 +36,10 @@ def rate(text):
         return conf.validate_replay_rate(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+CANARY_SIZE = cli.integer(0, conf.MAX_CANARY_SIZE, "a whole number of items")
+CANARY_SHARE = cli.number(0.0, 1.0)
 
 
 class Command(cli.Command):
@@ -88,6 +94,24 @@ class Command(cli.Command):
                     action="store_true",
                     help="Also replay items past the poison limit (needs the permission).",
                 )
+                act.add_argument(
+                    "--canary",
+                    type=CANARY_SIZE,
+                    default=None,
+                    metavar="N",
+                    help="Replay the first N items alone, wait for their jobs and halt the run "
+                    "if too many die again (default REDRIVE['CANARY_SIZE']; 0 none).",
+                )
+                act.add_argument(
+                    "--canary-max-dead-share",
+                    type=CANARY_SHARE,
+                    default=None,
+                    metavar="SHARE",
+                    help="The share of the canary (0 to 1) that may die again before the run "
+                    "halts (default REDRIVE['CANARY_MAX_DEAD_SHARE']).",
+                )
+        self._export_arguments(sub)
+        self._approve_arguments(sub)
 
     def _filters(self, parser):
         # Empty means "any", as in the console; longer than the column can match nothing.
@@ -261,12 +285,170 @@ class Command(cli.Command):
                     allow_poisoned=allow_poisoned,
                     rate=opts.get("rate"),
                     background=False,
+                    # A discard has none; a replay's default is the setting's.
+                    canary_size=(
+                        0
+                        if action != Action.REPLAY
+                        else conf.get("CANARY_SIZE")
+                        if opts.get("canary") is None
+                        else opts["canary"]
+                    ),
+                    canary_max_dead_share=opts.get("canary_max_dead_share"),
                 )
         except services.RefusedError as exc:
             raise usage_error(str(exc)) from exc
+        if run.state == RunState.AWAITING:  # the two-person rule: nothing is done yet
+            self.stdout.write(
+                f"run {run.pk} awaiting approval: {run.requested} items is over the approval "
+                f"threshold of {conf.approval_threshold()}; a second operator approves it on "
+                f"its page or with: manage.py deadletters approve {run.pk} --operator NAME"
+            )
+            return
+        if run.canary_size:
+            self.stdout.write(
+                f"canary: the first {run.canary_size} items go alone; waiting up to "
+                f"{run.canary_timeout:g} s for their jobs (a worker must run them)"
+            )
         services.carry_out(run.pk, run.generation)
         run = ReplayRun.objects.get(pk=run.pk)
         self.stdout.write(
             f"run {run.pk} {run.state}: {run.done} {action}ed, {run.skipped} skipped "
+            f"in {run.batches} batch(es)"
+        )
+        if run.canary_size:
+            self.stdout.write(
+                f"canary {run.canary_state or 'not out'}: {run.canary_done} done, "
+                f"{run.canary_dead} died again of {run.canary_size}"
+            )
+        if run.state == RunState.HALTED:
+            self.stderr.write(
+                f"run {run.pk} halted by its canary: the items after it were not replayed; "
+                "resume it from the console to replay them anyway, or cancel it"
+            )
+
+    # --- export (audited; deadletters/exports.py) -------------------------------------------
+
+    def _export_arguments(self, sub):
+        export = sub.add_parser(
+            "export",
+            help="The letters of a filter as CSV or JSON Lines, payloads masked (audited).",
+        )
+        export.add_argument("--format", required=True, choices=exports.FORMATS)
+        self._filters(export)
+        export.add_argument("--state", choices=DeadLetterState.values, default=None)
+        export.add_argument(
+            "--fingerprint", default="", help="A cause: the error fingerprint (16 hex)."
+        )
+        export.add_argument(
+            "--search", default="", help="Text in the last error or the payload (as the list's)."
+        )
+        export.add_argument("--since", default="", metavar="YYYY-MM-DD", help="From this day.")
+        export.add_argument(
+            "--until", default="", metavar="YYYY-MM-DD", help="To this day, included."
+        )
+        export.add_argument("--order", choices=["newest", "oldest"], default="newest")
+        export.add_argument(
+            "--operator",
+            type=cli.operator_name,
+            required=True,
+            help=f"Username the audit names; needs {EXPORT}.",
+        )
+        export.add_argument(
+            "--output",
+            metavar="FILE",
+            help="Write to FILE, which must not exist yet (default: standard output).",
+        )
+
+    def do_export(self, opts):
+        """Every refusal comes before the audit row is written and before the file is made."""
+        operator = cli.operator(opts["operator"], VIEW, EXPORT)
+        # The console's form parses the filter, so the CLI refuses exactly what the list does.
+        form = FilterForm(
+            {
+                "job_type": opts["job_type"],
+                "error_class": opts["error_class"],
+                "queue": opts["queue"],
+                "source": opts["source"],
+                "state": opts["state"] or "",
+                "fingerprint": opts["fingerprint"],
+                "q": opts["search"],
+                "since": opts["since"],
+                "until": opts["until"],
+                "order": opts["order"],
+            }
+        )
+        if not form.is_valid():
+            raise usage_error(f"Invalid filter: {refusal(form)}")
+        path = opts["output"]
+        out = None
+        if path:
+            try:
+                # "x": never over an existing file (nor through a symlink planted there).
+                out = open(path, "x", encoding="utf-8", newline="")  # noqa: SIM115
+            except (OSError, ValueError) as exc:
+                reason = getattr(exc, "strerror", "") or exc
+                raise usage_error(f"Cannot write {path}: {reason}") from None
+        try:
+            record, chunks = exports.export(
+                operator=operator,
+                filter=form.to_filter(
+                    payload_search=operator.has_perm(redaction.REVEAL_PERMISSION)
+                ),
+                fmt=opts["format"],
+            )
+            for chunk in chunks:
+                if out is None:
+                    self.stdout.write(chunk, ending="")
+                else:
+                    out.write(chunk)
+        except BaseException:
+            if out is not None:
+                out.close()
+                os.remove(path)  # no half file; the audit row stays (what may have left)
+            raise
+        if out is not None:
+            out.close()
+            self.stdout.write(f"{record.rows} dead letters written to {path} ({record.format})")
+        if record.truncated:
+            self.stderr.write(
+                f"truncated: more letters match than REDRIVE['EXPORT_MAX_ROWS'] "
+                f"({conf.get('EXPORT_MAX_ROWS'):,}); narrow the filter"
+            )
+
+    # --- approve (the two-person rule) -----------------------------------------------------
+
+    def _approve_arguments(self, sub):
+        approve = sub.add_parser(
+            "approve",
+            help="Approve a run awaiting a second user's approval, and carry it out (audited).",
+        )
+        approve.add_argument("run", type=cli.integer(1, MAX_ID, "a run id"))
+        approve.add_argument(
+            "--operator",
+            type=cli.operator_name,
+            required=True,
+            help="Username the approval is recorded under: not the run's requester, holding "
+            "the run's action permission.",
+        )
+
+    def do_approve(self, opts):
+        """Refused (nothing written) for a missing run, the requester's own run, a missing
+        permission or a run not awaiting approval; then carried out here, as `replay` does."""
+        run = ReplayRun.objects.filter(pk=opts["run"]).first()
+        if run is None:
+            raise usage_error(f"No replay run {opts['run']}")
+        needed = [ACTION_PERMISSION[run.action]] + ([POISON] if run.allow_poisoned else [])
+        operator = cli.operator(opts["operator"], VIEW, *needed)
+        try:
+            run = services.approve(run, operator=operator, background=False)
+        except services.RefusedError as exc:
+            raise usage_error(str(exc)) from exc
+        self.stdout.write(
+            f"run {run.pk} approved by {run.approved_by} (asked by {run.operator_name})"
+        )
+        services.carry_out(run.pk, run.generation)
+        run = ReplayRun.objects.get(pk=run.pk)
+        self.stdout.write(
+            f"run {run.pk} {run.state}: {run.done} {run.action}ed, {run.skipped} skipped "
             f"in {run.batches} batch(es)"
         )

@@ -102,6 +102,12 @@ class Source(Protocol):
         """What a replay that made no job of ours produced, from its `Replayed.ref`."""
         ...
 
+    # Optional: a source whose letters may be replayed with an operator's edited payload
+    # implements
+    #     replay_edited(letter, args, kwargs, *, now, using) -> Replayed | str
+    # for one pending, locked letter, in the caller's transaction, with the payload already
+    # checked (jobqueue.store.replay_edited); the letter itself keeps its own payload.
+
 
 class BaseSource:
     """Defaults a source may keep: discarding needs nothing of the source; no link."""
@@ -154,6 +160,15 @@ def get(name: str) -> Source:
             raise UnknownSource(f"no dead-letter source {name!r} is registered")
         source = register(_paths[name])
     return source
+
+
+def editable(name: str) -> bool:
+    """Whether letters of source `name` may be replayed with an edited payload (their source
+    implements `replay_edited`)."""
+    try:
+        return callable(getattr(get(name), "replay_edited", None))
+    except UnknownSource:
+        return False
 
 
 def names() -> list[str]:

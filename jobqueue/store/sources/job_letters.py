@@ -17,8 +17,11 @@ class JobLetters(BaseSource):
     name = "jobqueue"
     label = "jobqueue"
 
-    def replay(self, letters, *, now, using):
+    def replay(self, letters, *, now, using, payloads=None):
+        """`payloads`: {letter id: (args, kwargs)} to replay a letter with instead of its own
+        (an operator's checked edit, `replay_edited`); the letter keeps its own."""
         results: dict[int, Replayed | str] = {}
+        payloads = payloads or {}
         keys = {letter.idempotency_key for letter in letters if letter.idempotency_key}
         held = (
             set(
@@ -59,8 +62,8 @@ class JobLetters(BaseSource):
             [
                 Job(
                     task_path=dl.task_path,
-                    args=dl.args,
-                    kwargs=dl.kwargs,
+                    args=payloads[dl.pk][0] if dl.pk in payloads else dl.args,
+                    kwargs=payloads[dl.pk][1] if dl.pk in payloads else dl.kwargs,
                     queue_name=dl.queue_name,
                     priority=dl.priority,
                     backend=dl.backend,
@@ -79,6 +82,14 @@ class JobLetters(BaseSource):
             results[letter.pk] = Replayed(job=job)
         dialects.of(using).notify(connections[using], {job.queue_name for job in jobs})
         return results
+
+    def replay_edited(self, letter, args, kwargs, *, now, using):
+        """Replay one pending, locked letter with a replacement payload (already checked by
+        the caller): the same job as `replay` makes, task, queue, key, attempt budget, place in
+        its ordering key and link to the letter, with these arguments."""
+        return self.replay([letter], now=now, using=using, payloads={letter.pk: (args, kwargs)})[
+            letter.pk
+        ]
 
 
 def _line_of(original: dict | None) -> dict:

@@ -1,0 +1,188 @@
+"""Edit before replay (issue 18): what an operator's edited payload must pass before a job gets
+it, and the diffs the audit shows of it.
+
+The checks, in order (each refusal says what is wrong and nothing is written):
+  1. JSON: args an array, kwargs an object (the form parses the text).
+  2. Masks: a value the page showed masked (••••) and left as it was is put back to the value it
+     hid; a mask anywhere else is refused (redaction.restore_masked). A job never gets a mask.
+  3. Storable as any job's payload: jobqueue.store.check_payload (JSON only, no NUL or lone
+     surrogates, at most REDRIVE["MAX_PAYLOAD_BYTES"]).
+  4. The task still imports and takes these arguments: the worker's own check
+     (jobqueue.worker.TaskCache), so an edit the worker would refuse is refused here.
+  5. The job type's own validator, if configured:
+
+         REDRIVE = {"PAYLOAD_VALIDATORS": {"shop.tasks.send_receipt": "shop.checks.receipt"}}
+
+         def receipt(args, kwargs):
+             if kwargs.get("amount", 0) < 0:
+                 raise ValueError("amount must not be negative")
+
+     It is called with the edited args (a list) and kwargs (a dict); raising ValueError or
+     django.core.exceptions.ValidationError refuses the edit with its message. `manage.py
+     check` refuses a path that does not import (redrive.E025).
+
+The replay itself (deadletters.services.edit_and_replay) goes through jobqueue.store.replay_edited.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.utils.module_loading import import_string
+
+from jobqueue import store
+from jobqueue.errors import UnknownTask
+from jobqueue.models import DeadLetter
+
+from . import conf, redaction
+from .models import PayloadEdit
+
+
+class InvalidEdit(ValueError):
+    """An edited payload refused by one of the checks; the message says which and why."""
+
+
+def parse(text: str, kind: type, name: str):
+    """The JSON `text` of a form's field as `kind` (list or dict), or InvalidEdit."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise InvalidEdit(f"{name}: nested too deeply.") from None
+    except ValueError as exc:  # JSONDecodeError, and an integer too long to read
+        raise InvalidEdit(f"{name}: not valid JSON ({exc}).") from None
+    if not isinstance(value, kind):
+        raise InvalidEdit(f"{name} must be a JSON {JSON_TYPES[kind]}, not {_json_type(value)}.")
+    return value
+
+
+JSON_TYPES = {list: "array", dict: "object", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _json_type(value) -> str:
+    return JSON_TYPES.get(type(value), "number")
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def checked(letter: DeadLetter, args, kwargs) -> tuple[list, dict]:
+    """The payload a job will get for this edit of `letter`: masks put back, every check passed
+    (see the module's docstring); InvalidEdit otherwise."""
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise InvalidEdit("args must be a JSON array and kwargs a JSON object.")
+    try:
+        args = redaction.restore_masked(args, letter.args, "args")
+        kwargs = redaction.restore_masked(kwargs, letter.kwargs, "kwargs")
+    except ValueError as exc:
+        raise InvalidEdit(str(exc)) from None
+    try:
+        args, kwargs = store.normalized(args), store.normalized(kwargs)
+        store.check_payload(args, kwargs)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidEdit(f"Not a payload a job can carry: {exc}.") from None
+    _check_call(letter.task_path, args, kwargs)
+    _validate(letter.task_path, args, kwargs)
+    return args, kwargs
+
+
+def _check_call(task_path: str, args, kwargs) -> None:
+    from jobqueue.worker import TaskCache
+
+    tasks = TaskCache()
+    try:
+        tasks.resolve(task_path)
+    except UnknownTask as exc:
+        raise InvalidEdit(f"The task cannot be run: {exc}.") from None
+    try:
+        tasks.check_call(task_path, args, kwargs)
+    except TypeError as exc:
+        raise InvalidEdit(f"{task_path} does not take these arguments: {exc}.") from None
+
+
+def _validate(task_path: str, args, kwargs) -> None:
+    path = (conf.get("PAYLOAD_VALIDATORS") or {}).get(task_path)
+    if not path:
+        return
+    try:
+        validator = import_string(path)
+    except ImportError as exc:
+        raise InvalidEdit(f"The payload validator {path} does not import: {exc}.") from None
+    try:
+        validator(args, kwargs)
+    except ValidationError as exc:
+        raise InvalidEdit(f"Refused by {path}: {' '.join(exc.messages)}") from None
+    except ValueError as exc:
+        raise InvalidEdit(f"Refused by {path}: {exc}") from None
+
+
+# --- reads: edits and their diffs ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    kind: str  # "add", "del", "hunk", "file" or "" (context)
+    text: str
+
+
+def pretty(args, kwargs) -> str:
+    return json.dumps(
+        {"args": args, "kwargs": kwargs}, indent=2, ensure_ascii=False, sort_keys=True
+    )
+
+
+def diff(edit: PayloadEdit, *, redacted: bool = True) -> list[DiffLine]:
+    """A unified diff of the payload before and after `edit`, pretty-printed JSON; masked as
+    the console masks payloads unless `redacted` is False (a recorded reveal)."""
+    old = {"args": edit.old_args, "kwargs": edit.old_kwargs}
+    new = {"args": edit.new_args, "kwargs": edit.new_kwargs}
+    if redacted:
+        old, new = redaction.redact_pair(old, new)
+    lines = difflib.unified_diff(
+        pretty(old["args"], old["kwargs"]).splitlines(),
+        pretty(new["args"], new["kwargs"]).splitlines(),
+        "before",
+        "after",
+        lineterm="",
+    )
+    return [DiffLine(_kind(line), line) for line in lines]
+
+
+def _kind(line: str) -> str:
+    if line.startswith(("---", "+++")):
+        return "file"
+    if line.startswith("@@"):
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "")
+
+
+def with_diffs(edits, *, redacted: bool = True) -> list[PayloadEdit]:
+    edits = list(edits)
+    for edit in edits:
+        edit.diff_lines = diff(edit, redacted=redacted)
+    return edits
+
+
+def of_letter(letter_id: int, *, redacted: bool = True) -> list[PayloadEdit]:
+    """Every edit of one letter, newest first, each with its diff (`diff_lines`)."""
+    return with_diffs(PayloadEdit.objects.filter(dead_letter_id=letter_id), redacted=redacted)
+
+
+def for_audit(f, *, size: int = 50) -> list[PayloadEdit]:
+    """The most recent edits the audit filter (selectors.AuditFilter) matches, masked diffs."""
+    edits = PayloadEdit.objects.select_related("dead_letter").only(
+        *(field.name for field in PayloadEdit._meta.concrete_fields),
+        "dead_letter__task_path",
+    )
+    if f.operator:
+        edits = edits.filter(operator_name=f.operator)
+    if f.job_type:
+        edits = edits.filter(dead_letter__task_path=f.job_type)
+    if f.since:
+        edits = edits.filter(at__gte=f.since)
+    if f.until:
+        edits = edits.filter(at__lt=f.until)
+    return with_diffs(edits.order_by("-at", "-id")[:size])
