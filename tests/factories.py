@@ -6,6 +6,7 @@ from datetime import timedelta
 import factory
 from django.utils import timezone
 
+from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
 
 
@@ -75,6 +76,10 @@ class DeadLetterFactory(factory.django.DjangoModelFactory):
     )
     errors = factory.LazyAttribute(
         lambda o: [_error(n, o.error_class, o.last_error) for n in range(1, o.attempts + 1)]
+    )
+    # As the store writes it (jobqueue.store.dead_letters.pending_fields).
+    fingerprint = factory.LazyAttribute(
+        lambda o: fingerprint(o.error_class, o.last_error, o.traceback)
     )
     first_failed_at = factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=5))
     dead_lettered_at = factory.LazyFunction(timezone.now)

@@ -178,6 +178,8 @@ def console_pages(live_server, operator):
         "health": "/",
         "overview": "/deadletters/",
         "list": "/deadletters/list/?state=pending",
+        # A job type's letters by cause (their counters), above its list.
+        "list-by-cause": f"/deadletters/list/?job_type={letters[0].task_path}",
         "list-invalid-filter": "/deadletters/list/?job_type=x&since=30%2F11%2F2026",
         "detail": f"/deadletters/{letters[0].pk}/",
         "detail-died-again": f"/deadletters/{died_again.pk}/",
