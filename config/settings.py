@@ -138,6 +138,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Worker subprocesses in the tests must see the test database, so it lives in a file.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+elif os.environ.get("JOBQUEUE_POOLER") == "transaction":
+    # A transaction pooler cannot keep a server-side cursor (Django's .iterator()) across
+    # statements.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -240,6 +244,9 @@ REDRIVE = {
     "LOCK_TIMEOUT": _env("JOBQUEUE_LOCK_TIMEOUT", 5.0, float),
     # Off behind a pooler in transaction mode that cannot keep prepared statements.
     "PREPARED_STATEMENTS": _env("JOBQUEUE_PREPARED_STATEMENTS", True, _flag),
+    # PgBouncer in transaction pooling mode: "transaction"; the LISTEN then needs a direct DSN.
+    "POOLER": _env("JOBQUEUE_POOLER", ""),
+    "LISTEN_DSN": _env("JOBQUEUE_LISTEN_DSN", ""),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
     # Jobs per second per queue across every worker, as JSON: {"emails": 10}.

@@ -311,3 +311,28 @@ def check_rate_limits(app_configs=None, **kwargs):
         or not isinstance(rate, int | float)
         or not (rate > 0 and math.isfinite(rate))
     ]
+
+
+@checks.register(TAG)
+def check_pooler(app_configs=None, **kwargs):
+    """REDRIVE["POOLER"]: "" (direct connections) or "transaction"; LISTEN_DSN: text."""
+    from jobqueue.conf import setting
+
+    found = []
+    if setting("POOLER") not in ("", "transaction"):
+        found.append(
+            checks.Error(
+                f"REDRIVE['POOLER'] must be '' or 'transaction', not {setting('POOLER')!r}.",
+                hint="'transaction' for PgBouncer in transaction (or statement) pooling mode.",
+                id="redrive.E026",
+            )
+        )
+    if not isinstance(setting("LISTEN_DSN"), str):
+        found.append(
+            checks.Error(
+                "REDRIVE['LISTEN_DSN'] must be a connection string.",
+                hint="For example 'host=db.internal port=5432 dbname=app user=redrive'.",
+                id="redrive.E027",
+            )
+        )
+    return found

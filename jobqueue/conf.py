@@ -32,6 +32,14 @@ DEFAULTS = {
     # enqueue) as prepared statements. Off for a pooler in transaction mode that cannot keep
     # them (PgBouncer before 1.21, or without max_prepared_statements).
     "PREPARED_STATEMENTS": True,
+    # PostgreSQL behind a connection pooler: "transaction" (PgBouncer's transaction pooling, or
+    # statement pooling) means no session state at all: no prepared statements, no session
+    # settings (set lock_timeout on the role instead), and LISTEN only through LISTEN_DSN.
+    "POOLER": "",
+    # A direct connection string (libpq key=value or postgres:// URL) for the wake-up LISTEN,
+    # which needs a session; "" uses the database's own connection, except behind a
+    # transaction pooler, where workers and the relay then poll (POLL_INTERVAL).
+    "LISTEN_DSN": "",
     # Health: a worker whose record is not refreshed for this long shows as lost; `prune`
     # removes records of workers lost for longer than its --workers-lost-for.
     "WORKER_LOST_AFTER": 60.0,

@@ -8,6 +8,26 @@ from jobqueue.logfmt import logfmt
 logger = logging.getLogger("jobqueue")
 
 
+def listen_params(connection) -> dict | None:
+    """How the wake-up LISTEN connects for `connection`'s database: REDRIVE["LISTEN_DSN"] if set;
+    else the database's own parameters, except behind a transaction pooler (a LISTEN needs a
+    session of its own): None, and the caller polls."""
+    from jobqueue.conf import setting
+
+    if connection.vendor != "postgresql":
+        return None
+    dsn = setting("LISTEN_DSN")
+    if dsn:
+        return {"conninfo": dsn}
+    if setting("POOLER") == "transaction":
+        logger.info(
+            "event=listener_off reason=pooler hint=%s",
+            logfmt("set REDRIVE['LISTEN_DSN'] to a direct connection to be woken at once"),
+        )
+        return None
+    return connection.get_connection_params()
+
+
 class Listener(threading.Thread):
     """LISTEN on a dedicated autocommit connection and set `wake` on each notification (only
     those whose payload is in `payloads`, if given); polling covers any gap while it reconnects.

@@ -39,7 +39,7 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
-from jobqueue.listener import Listener
+from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import line_text, log_lines, logfmt
 from jobqueue.loop import FaultPoints, Loop, process_id
 from jobqueue.models import OutboxMessage
@@ -160,10 +160,11 @@ class Relay(Loop):
         return 0
 
     def _start_listener(self):
-        if connections[self.using].vendor != "postgresql":
+        params = listen_params(connections[self.using])
+        if params is None:
             return None
         listener = Listener(
-            connections[self.using].get_connection_params(),
+            params,
             outbox_store.NOTIFY_CHANNEL,
             self.wake,
             name="relay-listener",

@@ -56,7 +56,7 @@ from jobqueue.errors import (
     classify,
     exception_text,
 )
-from jobqueue.listener import Listener
+from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import log_lines, logfmt
 from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
@@ -337,6 +337,8 @@ class Worker(Loop):
         """
         if connection.vendor != "postgresql" or threading.get_ident() not in self._queue_threads:
             return
+        if policy("POOLER") == "transaction":
+            return  # no session of our own to set: lock_timeout belongs on the role there
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, false), "
@@ -1057,10 +1059,11 @@ class Worker(Loop):
             self.stop()
 
     def _start_listener(self):
-        if connections[self.using].vendor != "postgresql":
+        params = listen_params(connections[self.using])
+        if params is None:
             return None
         listener = Listener(
-            connections[self.using].get_connection_params(),
+            params,
             NOTIFY_CHANNEL,
             self.wake,
             payloads=self.queues,

@@ -206,7 +206,7 @@ def fetch(connection, sql, params) -> list[tuple]:
     # Imported here: an install without the postgres extra imports this module too.
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-    if not setting("PREPARED_STATEMENTS") or not is_psycopg3:
+    if not setting("PREPARED_STATEMENTS") or setting("POOLER") or not is_psycopg3:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
