@@ -271,11 +271,17 @@ class Worker(Loop):
         grace: float = 30.0,
         sweep_interval: float = 1.0,
         clock: Callable = timezone.now,
-        using: str = "default",
+        using: str | None = None,
         worker_id: str | None = None,
+        backend: str = "default",
     ):
+        """`backend`: the TASKS alias whose jobs this worker runs; its OPTIONS["DATABASE"] is the
+        database it claims from unless `using` says otherwise."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        self.backend_alias = backend
+        if using is None:
+            using = self.backend.database
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
         # Jobs held beyond the running ones, so one claim round trip serves many handlers.
@@ -692,7 +698,7 @@ class Worker(Loop):
     def backend(self) -> DatabaseBackend:
         from django.tasks import task_backends
 
-        return task_backends["default"]
+        return task_backends[self.backend_alias]
 
     # --- the settler thread -------------------------------------------------------------
 

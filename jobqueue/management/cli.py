@@ -282,29 +282,29 @@ POLL = number(0.01, 3600, unit="seconds")
 PROCESS_ID = text(WorkerRecord._meta.get_field("worker_id").max_length - len(RELAY_SUFFIX))
 
 
-def wait_for_database():
+def wait_for_database(using: str = DEFAULT_DB_ALIAS):
     """A worker started while the database is down or restarting waits for it (saying so)
     instead of dying with a traceback: process managers start workers and databases in any
     order."""
     delay = 0.0
     while True:
         try:
-            ensure_migrated()
+            ensure_migrated(using=using)
             return
         except OperationalError as exc:
             delay = next_backoff(delay)
             logging.getLogger("jobqueue.worker").warning(
                 "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line(exc)), delay
             )
-            connections[DEFAULT_DB_ALIAS].close()
+            connections[using].close()
             time.sleep(delay)
 
 
-def ensure_migrated(app_labels=("jobqueue",)):
+def ensure_migrated(app_labels=("jobqueue",), *, using: str = DEFAULT_DB_ALIAS):
     """Refuse to start on a database missing the queue's migrations rather than retry a missing
     table forever. The queue's migration files are compared by name with django_migrations:
     building every installed app's migration graph cost a worker's start more than its claims."""
-    applied = MigrationRecorder(connections[DEFAULT_DB_ALIAS]).applied_migrations()
+    applied = MigrationRecorder(connections[using]).applied_migrations()
     missing = []
     for label in app_labels:
         module_name, _ = MigrationLoader.migrations_module(label)
@@ -316,9 +316,10 @@ def ensure_migrated(app_labels=("jobqueue",)):
         )
         missing += [f"{label}.{name}" for name in on_disk if (label, name) not in applied]
     if missing:
+        option = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"
         raise CommandError(
             f"the database has unapplied migrations ({', '.join(missing[:3])}...): "
-            "run `manage.py migrate` first"
+            f"run `manage.py migrate{option}` first"
         )
 
 

@@ -3,6 +3,7 @@ import signal
 import sys
 
 from jobqueue import schedules
+from jobqueue.backend import DatabaseBackend
 from jobqueue.checks import TAG
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
@@ -46,6 +47,13 @@ class Command(cli.Command):
             default=None,
             help="Jobs leased beyond the running ones (default: adapts to job duration, <= 100).",
         )
+        parser.add_argument(
+            "--backend",
+            default="default",
+            metavar="ALIAS",
+            help="The TASKS backend whose jobs to run, from its OPTIONS['DATABASE'] (default: "
+            "default).",
+        )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
         parser.add_argument(
             "--max-jobs",
@@ -69,7 +77,8 @@ class Command(cli.Command):
 
     def handle(self, *args, **opts):
         cli.show_event_lines(opts["log_level"])
-        cli.wait_for_database()
+        backend = _redrive_backend(opts["backend"])
+        cli.wait_for_database(backend.database)
         try:
             report = schedules.sync()
         except (ImportError, TypeError, ValueError) as exc:
@@ -89,6 +98,7 @@ class Command(cli.Command):
             poll_interval=opts["poll"],
             grace=opts["grace"],
             worker_id=opts["worker_id"],
+            backend=opts["backend"],
         )
         worker.install_signal_handlers()
         relay_thread = relay = None
@@ -104,6 +114,23 @@ class Command(cli.Command):
                 relay_thread.join(timeout=30.0)
         if code:
             sys.exit(code)  # the worker asked to be restarted (too many stuck handlers)
+
+
+def _redrive_backend(alias: str) -> DatabaseBackend:
+    """The TASKS backend `alias`, which must be Redrive's: a worker runs only its jobs."""
+    from django.tasks import InvalidTaskBackend, task_backends
+
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        known = ", ".join(sorted(task_backends.settings)) or "none"
+        raise cli.usage_error(f"no TASKS backend {alias!r} (configured: {known})") from None
+    if not isinstance(backend, DatabaseBackend):
+        raise cli.usage_error(
+            f"TASKS backend {alias!r} is {type(backend).__module__}.{type(backend).__qualname__}, "
+            "not jobqueue.backend.DatabaseBackend: runworker runs Redrive's jobs only"
+        )
+    return backend
 
 
 def _stop_relay_on_signals(relay):
