@@ -79,13 +79,20 @@ def checked(letter: DeadLetter, args, kwargs) -> tuple[list, dict]:
         kwargs = redaction.restore_masked(kwargs, letter.kwargs, "kwargs")
     except ValueError as exc:
         raise InvalidEdit(str(exc)) from None
+    except RecursionError:  # json.loads reads deeper nesting than this walk can follow
+        raise InvalidEdit("The payload is nested too deeply.") from None
     try:
         args, kwargs = store.normalized(args), store.normalized(kwargs)
         store.check_payload(args, kwargs)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidEdit(f"Not a payload a job can carry: {exc}.") from None
     _check_call(letter.task_path, args, kwargs)
-    _validate(letter.task_path, args, kwargs)
+    try:
+        _validate(letter.task_path, args, kwargs)
+    except InvalidEdit as exc:
+        # The validator saw the masks put back: its message may quote a value the page hid.
+        hidden = [*redaction.masked_values(letter.args), *redaction.masked_values(letter.kwargs)]
+        raise InvalidEdit(redaction.scrub(str(exc), hidden)) from None
     return args, kwargs
 
 
@@ -117,6 +124,10 @@ def _validate(task_path: str, args, kwargs) -> None:
         raise InvalidEdit(f"Refused by {path}: {' '.join(exc.messages)}") from None
     except ValueError as exc:
         raise InvalidEdit(f"Refused by {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a validator broken by a hostile edit refuses it
+        raise InvalidEdit(
+            f"Refused by {path}: it failed on this payload ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 # --- reads: edits and their diffs ---------------------------------------------------------

@@ -120,6 +120,29 @@ def _restore(new, original, pattern, path):
     return new
 
 
+def masked_values(value, patterns=None) -> list[str]:
+    """The text of every scalar `redact` hides in `value` (walked without recursion: a payload
+    may be nested deeper than the stack), to `scrub` from a message."""
+    pattern = matcher(patterns)
+    found, todo = [], [(value, False)] if pattern is not None else []
+    while todo:
+        item, hidden = todo.pop()
+        if isinstance(item, dict):
+            todo.extend((v, hidden or pattern.search(str(k)) is not None) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            todo.extend((v, hidden) for v in item)
+        elif hidden and item is not None and str(item):
+            found.append(str(item))
+    return found
+
+
+def scrub(text: str, hidden) -> str:
+    """`text` with each of the `hidden` values in it replaced by the mask, longest first."""
+    for value in sorted(set(hidden), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
 def redact_pair(old, new, patterns=None):
     """`old` and `new` masked for a diff of the two: a masked value of `new` that differs from
     the one at the same place in `old` (or is not there) shows as CHANGED."""

@@ -47,7 +47,9 @@ _PLACEHOLDERS = [
 _SPACE = re.compile(r"\s+")
 MAX_MESSAGE = 2_000  # the rest of a very long message adds nothing to which error it is
 
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)', re.M)
+# Indented by spaces or tabs only: a \s* would run over every following newline from each line
+# start, quadratic in a traceback of blank lines.
+_FRAME = re.compile(r'^[ \t]*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)', re.M)
 
 
 def normalized_message(message: str) -> str:

@@ -1,0 +1,114 @@
+"""Review findings (issue 18 triage): hostile inputs and leaks found in review, each pinned."""
+
+import pytest
+from django.urls import reverse
+
+from deadletters import services
+from deadletters.models import PayloadEdit
+from jobqueue.models import Job
+from tests.factories import DeadLetterFactory
+
+from .conftest import logged_in, user_with_role
+
+pytestmark = pytest.mark.django_db
+
+ADD = "tests.tasks.add"  # add(a, b)
+
+
+@pytest.fixture
+def chief(db):
+    return user_with_role("admin", "chief")
+
+
+def test_an_edit_nested_deeper_than_the_mask_check_can_walk_is_refused_not_a_500(chief):
+    """json.loads (C) reads nesting the recursive mask restorer (Python) cannot walk: the
+    RecursionError escaped edits.checked as a 500."""
+    letter = DeadLetterFactory(task_path=ADD, args=[1, 2], kwargs={})
+    client = logged_in(chief)
+    client.raise_request_exception = False
+    deep = "[" * 960 + "]" * 960
+    response = client.post(
+        reverse("deadletters:edit", args=[letter.pk]),
+        {"args": f"[1, {deep}]", "kwargs": "{}", "reason": "hostile"},
+    )
+    assert response.status_code == 400
+    assert "nested too deeply" in response.content.decode()
+    assert not PayloadEdit.objects.exists()
+    assert not Job.objects.filter(replayed_from=letter).exists()
+    nested = []
+    for _ in range(5_000):  # what a caller of the service may pass, deeper than any stack
+        nested = [nested]
+    with pytest.raises(services.RefusedError, match="nested too deeply"):
+        services.edit_and_replay(
+            operator=chief,
+            dead_letter_id=letter.pk,
+            args=[1, nested],
+            kwargs={},
+            reason="hostile",
+        )
+
+
+def receipt(args, kwargs):
+    """edits.py's documented example validator, as a project would copy it (for add(a, b))."""
+    if kwargs.get("b", 0) < 0:
+        raise ValueError("b must not be negative")
+
+
+def echoing(args, kwargs):
+    """A validator whose message quotes the value it refuses, as many do."""
+    token = kwargs["b"].get("api_token", "")
+    if not token.startswith("tok_"):
+        raise ValueError(f"api_token {token!r} is not a live token")
+
+
+def test_a_validator_that_breaks_on_a_hostile_edit_refuses_it_instead_of_a_500(chief, settings):
+    """The documented validator compares a kwarg with 0: an edit that makes it a string
+    raised TypeError out of the view."""
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_review_findings.receipt"},
+    }
+    letter = DeadLetterFactory(task_path=ADD, args=[1], kwargs={"b": 2})
+    client = logged_in(chief)
+    client.raise_request_exception = False
+    response = client.post(
+        reverse("deadletters:edit", args=[letter.pk]),
+        {"args": "[1]", "kwargs": '{"b": "five"}', "reason": "hostile"},
+    )
+    assert response.status_code == 400
+    assert "Refused by tests.deadletters.test_review_findings.receipt" in (
+        response.content.decode()
+    )
+    assert not PayloadEdit.objects.exists()
+    assert not Job.objects.filter(replayed_from=letter).exists()
+
+
+def test_a_validators_message_does_not_show_a_masked_value(chief, settings):
+    """The validator gets the masks put back: a message quoting a value showed the secret to
+    an editor who may not reveal it."""
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_review_findings.echoing"},
+    }
+    letter = DeadLetterFactory(
+        task_path=ADD, args=[1], kwargs={"b": {"n": 2, "api_token": "s3cret-t0ken"}}
+    )
+    editor = user_with_role("admin", "editor")
+    client = logged_in(editor)
+    response = client.post(
+        reverse("deadletters:edit", args=[letter.pk]),
+        {"args": "[1]", "kwargs": '{"b": {"n": 3, "api_token": "••••"}}', "reason": "n fixed"},
+    )
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert "is not a live token" in page
+    assert "s3cret-t0ken" not in page
+    with pytest.raises(services.RefusedError) as refused:
+        services.edit_and_replay(
+            operator=chief,
+            dead_letter_id=letter.pk,
+            args=[1],
+            kwargs={"b": {"n": 3, "api_token": "••••"}},
+            reason="n fixed",
+        )
+    assert "s3cret-t0ken" not in str(refused.value)
