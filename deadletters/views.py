@@ -723,21 +723,22 @@ def job_confirm(request, pk):
 DOING[exports.EXPORT] = "export dead letters"
 
 
-@require_GET
+@require_POST
 @console_view
 @never_cache
 def export(request):
     """The letters matching the list's filter as a CSV or JSON Lines download (`format`),
-    streamed; audited (deadletters.Export), payloads masked. A GET (a download link): it
-    changes nothing but the audit row. An invalid filter field is refused, never dropped: an
-    export of more than the operator asked for is the one thing it must not do."""
+    streamed; audited (deadletters.Export), payloads masked. A POST with the CSRF token, like
+    every request that writes (here, the audit row): a link on another site cannot make a
+    logged-in operator export. An invalid filter field is refused, never dropped: an export of
+    more than the operator asked for is the one thing it must not do."""
     require(request.user, exports.EXPORT)
-    fmt = request.GET.get("format", "")
+    fmt = request.POST.get("format", "")
     if fmt not in exports.FORMATS:
         return HttpResponseBadRequest(
             "Invalid format: ask for format=csv or format=jsonl.", content_type="text/plain"
         )
-    form = FilterForm(request.GET)
+    form = FilterForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
     record, chunks = exports.export(
@@ -830,6 +831,8 @@ def edit_letter(request, pk):
     if request.method not in ("GET", "POST"):
         return HttpResponseNotAllowed(["GET", "POST"])
     require(request.user, EDIT)
+    # An edit is a replay: it takes the replay permission too, whatever a custom grant gives.
+    require(request.user, ACTION_PERMISSION[Action.REPLAY])
     letter = DeadLetter.objects.filter(pk=pk).first()
     if letter is None:
         raise NotFound("dead letter", pk, LETTER_GONE)

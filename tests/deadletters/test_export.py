@@ -58,7 +58,7 @@ def letters_at(n, **kwargs):
 
 def test_csv_holds_a_header_and_one_row_per_letter(operator_client):
     old, new = letters_at(2, task_path="shop.receipt", args=[1, "a"], kwargs={"order": 7})
-    response = operator_client.get(EXPORT, {"format": "csv"})
+    response = operator_client.post(EXPORT, {"format": "csv"})
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     header, rows = parse_csv(body(response))
     assert tuple(header) == exports.FIELDS
@@ -77,7 +77,7 @@ def test_jsonl_holds_one_object_per_letter_with_payloads_as_json(operator_client
     old, new = letters_at(2, args=[{"sku": "x"}], kwargs={"qty": 2, "note": "é"})
     old.fingerprint = "0123456789abcdef"
     old.save()
-    response = operator_client.get(EXPORT, {"format": "jsonl", "order": "oldest"})
+    response = operator_client.post(EXPORT, {"format": "jsonl", "order": "oldest"})
     assert response["Content-Type"] == "application/x-ndjson; charset=utf-8"
     records = parse_jsonl(body(response))
     assert [r["id"] for r in records] == [old.pk, new.pk]
@@ -91,7 +91,7 @@ def test_the_filter_decides_the_letters(operator_client):
     DeadLetterFactory(task_path="shop.receipt")
     other = DeadLetterFactory(task_path="shop.refund")
     DeadLetterFactory(task_path="shop.refund", discarded=True)
-    response = operator_client.get(
+    response = operator_client.post(
         EXPORT, {"format": "jsonl", "job_type": "shop.refund", "state": "pending"}
     )
     assert [r["id"] for r in parse_jsonl(body(response))] == [other.pk]
@@ -99,10 +99,10 @@ def test_the_filter_decides_the_letters(operator_client):
 
 def test_an_empty_filter_result_is_a_header_alone(operator_client):
     DeadLetterFactory(task_path="shop.receipt")
-    response = operator_client.get(EXPORT, {"format": "csv", "job_type": "nothing.here"})
+    response = operator_client.post(EXPORT, {"format": "csv", "job_type": "nothing.here"})
     header, rows = parse_csv(body(response))
     assert tuple(header) == exports.FIELDS and rows == []
-    assert body(operator_client.get(EXPORT, {"format": "jsonl", "job_type": "x"})) == ""
+    assert body(operator_client.post(EXPORT, {"format": "jsonl", "job_type": "x"})) == ""
     assert list(Export.objects.values_list("rows", flat=True)) == [0, 0]
 
 
@@ -119,7 +119,7 @@ def test_payloads_are_masked(operator_client, admin_client_, fmt):
     """Always, even for a user who may reveal: a reveal is one audited letter at a time."""
     DeadLetterFactory(args=[{"api_key": "k-123"}, "plain"], kwargs=SECRETS)
     for client in (operator_client, admin_client_):
-        text = body(client.get(EXPORT, {"format": fmt}))
+        text = body(client.post(EXPORT, {"format": fmt}))
         for secret in ("hunter2", "abc.def", "4111111111111111", "k-123"):
             assert secret not in text
         if fmt == "csv":
@@ -142,7 +142,7 @@ def test_csv_cells_that_would_be_formulas_are_escaped(operator_client):
         DeadLetterFactory(
             task_path=text, queue_name=text[:100], error_class=text, last_error=text, args=text
         )
-    _, rows = parse_csv(body(operator_client.get(EXPORT, {"format": "csv"})))
+    _, rows = parse_csv(body(operator_client.post(EXPORT, {"format": "csv"})))
     assert len(rows) == len(HOSTILE)
     for row in rows:
         for name in ("task_path", "queue", "error_class", "last_error"):
@@ -151,7 +151,7 @@ def test_csv_cells_that_would_be_formulas_are_escaped(operator_client):
         # Every cell: none starts what a spreadsheet reads as a formula.
         assert not any(cell.startswith(exports.FORMULA_STARTS) for cell in row.values())
     # JSON Lines are data for programs: written as they are.
-    records = parse_jsonl(body(operator_client.get(EXPORT, {"format": "jsonl"})))
+    records = parse_jsonl(body(operator_client.post(EXPORT, {"format": "jsonl"})))
     assert sorted(r["last_error"] for r in records) == sorted(HOSTILE)
     assert sorted(r["args"] for r in records) == sorted(HOSTILE)
 
@@ -166,10 +166,10 @@ def test_a_negative_number_payload_is_escaped_too_but_numbers_in_columns_are_not
 def test_multiline_and_quoted_text_survives_the_round_trip(operator_client):
     error = 'line one, "quoted"\r\nline two\n\u202eend'
     DeadLetterFactory(last_error=error, kwargs={"k": 'a,b\n"c"'})
-    _, (row,) = parse_csv(body(operator_client.get(EXPORT, {"format": "csv"})))
+    _, (row,) = parse_csv(body(operator_client.post(EXPORT, {"format": "csv"})))
     assert row["last_error"] == error
     assert json.loads(row["kwargs"]) == {"k": 'a,b\n"c"'}
-    (record,) = parse_jsonl(body(operator_client.get(EXPORT, {"format": "jsonl"})))
+    (record,) = parse_jsonl(body(operator_client.post(EXPORT, {"format": "jsonl"})))
     assert record["last_error"] == error
 
 
@@ -184,18 +184,18 @@ def test_text_utf8_cannot_hold_becomes_a_replacement_character():
 def test_the_cap_bounds_the_rows_and_the_audit_says_truncated(operator, operator_client, settings):
     settings.REDRIVE = {**settings.REDRIVE, "EXPORT_MAX_ROWS": 3}
     letters = letters_at(5, task_path="shop.receipt")
-    records = parse_jsonl(body(operator_client.get(EXPORT, {"format": "jsonl"})))
+    records = parse_jsonl(body(operator_client.post(EXPORT, {"format": "jsonl"})))
     assert [r["id"] for r in records] == [dl.pk for dl in letters[::-1][:3]]
     export = Export.objects.get()
     assert (export.rows, export.truncated) == (3, True)
-    _, rows = parse_csv(body(operator_client.get(EXPORT, {"format": "csv", "order": "oldest"})))
+    _, rows = parse_csv(body(operator_client.post(EXPORT, {"format": "csv", "order": "oldest"})))
     assert [int(r["id"]) for r in rows] == [dl.pk for dl in letters[:3]]
 
 
 def test_exactly_the_cap_is_not_truncated(operator_client, settings):
     settings.REDRIVE = {**settings.REDRIVE, "EXPORT_MAX_ROWS": 3}
     letters_at(3)
-    assert len(parse_jsonl(body(operator_client.get(EXPORT, {"format": "jsonl"})))) == 3
+    assert len(parse_jsonl(body(operator_client.post(EXPORT, {"format": "jsonl"})))) == 3
     export = Export.objects.get()
     assert (export.rows, export.truncated) == (3, False)
 
@@ -204,7 +204,7 @@ def test_the_audit_row_names_operator_filter_format_and_rows(operator, operator_
     letters_at(2, task_path="shop.receipt")
     DeadLetterFactory(task_path="shop.other")
     query = {"format": "csv", "job_type": "shop.receipt", "since": "2020-01-01", "q": "receipt"}
-    response = operator_client.get(EXPORT, query)
+    response = operator_client.post(EXPORT, query)
     assert Export.objects.count() == 1  # written before the first byte
     export = Export.objects.get()
     assert export.operator == operator and export.operator_name == "operator"
@@ -277,7 +277,7 @@ def test_the_service_refuses_without_the_permission_and_a_bad_format(viewer, ope
 
 def test_anonymous_is_sent_to_login():
     DeadLetterFactory()
-    response = Client().get(EXPORT, {"format": "csv"})
+    response = Client().post(EXPORT, {"format": "csv"})
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login") + "?next=")
     assert not Export.objects.exists()
@@ -285,12 +285,12 @@ def test_anonymous_is_sent_to_login():
 
 def test_without_the_export_permission_it_is_403(viewer_client):
     DeadLetterFactory()
-    response = viewer_client.get(EXPORT, {"format": "csv"})
+    response = viewer_client.post(EXPORT, {"format": "csv"})
     assert response.status_code == 403
     assert "export dead letters" in response.content.decode()
-    assert logged_in(UserFactory(username="nobody")).get(EXPORT, {"format": "csv"}).status_code == (
-        403
-    )
+    assert logged_in(UserFactory(username="nobody")).post(
+        EXPORT, {"format": "csv"}
+    ).status_code == (403)
     assert not Export.objects.exists()
 
 
@@ -310,7 +310,7 @@ def test_without_the_export_permission_it_is_403(viewer_client):
 )
 def test_an_invalid_filter_is_refused_never_dropped(operator_client, query):
     DeadLetterFactory()
-    response = operator_client.get(EXPORT, {**query, "format": "csv"})
+    response = operator_client.post(EXPORT, {**query, "format": "csv"})
     assert response.status_code == 400
     text = response.content.decode()
     assert text.startswith("Invalid filter: ")
@@ -321,15 +321,15 @@ def test_an_invalid_filter_is_refused_never_dropped(operator_client, query):
 @pytest.mark.parametrize("query", [{}, {"format": ""}, {"format": "xlsx"}, {"format": "CSV"}])
 def test_a_bad_format_is_refused(operator_client, query):
     DeadLetterFactory()
-    response = operator_client.get(EXPORT, query)
+    response = operator_client.post(EXPORT, query)
     assert response.status_code == 400
     assert "format=csv or format=jsonl" in response.content.decode()
     assert not Export.objects.exists()
 
 
-def test_only_get_and_nothing_but_the_audit_row_is_written(operator_client):
+def test_only_post_and_nothing_but_the_audit_row_is_written(operator_client):
     DeadLetterFactory.create_batch(3)
-    for method in ("post", "head", "put", "delete"):
+    for method in ("get", "head", "put", "delete"):
         assert getattr(operator_client, method)(EXPORT + "?format=csv").status_code == 405
 
     def tables():
@@ -341,7 +341,7 @@ def test_only_get_and_nothing_but_the_audit_row_is_written(operator_client):
         }
 
     before = tables()
-    response = operator_client.get(EXPORT, {"format": "csv"})
+    response = operator_client.post(EXPORT, {"format": "csv"})
     assert response.streaming
     assert (
         response["Cache-Control"].startswith("max-age=0")
@@ -360,8 +360,10 @@ def test_the_list_offers_exports_of_the_applied_filter(operator_client, viewer_c
         reverse("deadletters:list"), {"job_type": "shop.receipt", "after": "", "zzz": "1"}
     ).content.decode()
     assert "Export CSV" in page and "Export JSON Lines" in page
-    assert f'href="{EXPORT}?job_type=shop.receipt&amp;format=csv"' in page
-    assert f'href="{EXPORT}?job_type=shop.receipt&amp;format=jsonl"' in page
+    assert f'action="{EXPORT}"' in page and "csrfmiddlewaretoken" in page
+    assert '<input type="hidden" name="job_type" value="shop.receipt">' in page
+    assert 'name="format" value="csv"' in page and 'name="format" value="jsonl"' in page
+    assert 'name="after"' not in page and 'name="zzz"' not in page
     viewed = viewer_client.get(reverse("deadletters:list")).content.decode()
     assert "Export CSV" not in viewed and EXPORT not in viewed
     invalid = operator_client.get(reverse("deadletters:list"), {"fingerprint": "zz"})
@@ -369,17 +371,21 @@ def test_the_list_offers_exports_of_the_applied_filter(operator_client, viewer_c
     assert EXPORT not in invalid.content.decode()
 
 
-def test_the_list_links_export_what_the_page_shows(operator_client):
+def test_the_list_exports_what_the_page_shows(operator_client):
     DeadLetterFactory(task_path="shop.receipt")
-    page = operator_client.get(reverse("deadletters:list")).content.decode()
-    href = re.search(r'href="([^"]*format=jsonl)"', page)[1].replace("&amp;", "&")
-    assert len(parse_jsonl(body(operator_client.get(href)))) == 1
+    DeadLetterFactory(task_path="shop.other")
+    page = operator_client.get(reverse("deadletters:list"), {"job_type": "shop.receipt"})
+    form = re.search(r'<form class="export".*?</form>', page.content.decode(), re.S)[0]
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
+    fields.pop("csrfmiddlewaretoken", None)
+    exported = parse_jsonl(body(operator_client.post(EXPORT, {**fields, "format": "jsonl"})))
+    assert [r["task_path"] for r in exported] == ["shop.receipt"]
 
 
 def test_the_audit_page_lists_exports(operator_client, admin_client_, viewer_client):
     DeadLetterFactory(task_path="shop.receipt")
-    body(operator_client.get(EXPORT, {"format": "csv", "job_type": "shop.receipt"}))
-    body(admin_client_.get(EXPORT, {"format": "jsonl", "job_type": "shop.other"}))
+    body(operator_client.post(EXPORT, {"format": "csv", "job_type": "shop.receipt"}))
+    body(admin_client_.post(EXPORT, {"format": "jsonl", "job_type": "shop.other"}))
     audit = reverse("deadletters:audit")
     page = viewer_client.get(audit).content.decode()
     assert "Exports" in page
@@ -394,7 +400,7 @@ def test_the_audit_page_lists_exports(operator_client, admin_client_, viewer_cli
 def test_the_audit_page_says_when_an_export_was_truncated(operator_client, settings):
     settings.REDRIVE = {**settings.REDRIVE, "EXPORT_MAX_ROWS": 1}
     DeadLetterFactory.create_batch(2)
-    body(operator_client.get(EXPORT, {"format": "csv"}))
+    body(operator_client.post(EXPORT, {"format": "csv"}))
     page = operator_client.get(reverse("deadletters:audit")).content.decode()
     assert "yes: more matched" in page
 
@@ -481,4 +487,13 @@ def test_cli_refusals_are_one_line_and_write_nothing(operator, viewer, argv, who
 def test_cli_needs_an_operator():
     result = run("deadletters", "export", "--format", "csv")
     assert result.refused_cleanly and "--operator" in result.err
+    assert not Export.objects.exists()
+
+
+def test_an_export_takes_a_post_with_the_csrf_token(operator):
+    DeadLetterFactory()
+    guarded = Client(enforce_csrf_checks=True)
+    guarded.force_login(operator)
+    assert guarded.get(EXPORT, {"format": "csv"}).status_code == 405  # a link cannot export
+    assert guarded.post(EXPORT, {"format": "csv"}).status_code == 403  # nor a foreign form
     assert not Export.objects.exists()

@@ -162,7 +162,7 @@ ENDPOINTS = {
     "schedule-act": (["POST"], list(ScheduleActionForm.base_fields), "schedules/act/"),
     "workflows": (["GET"], list(WorkflowFilterForm.base_fields), "workflows/"),
     "workflow": (["GET"], [], "workflows/{workflow}/"),
-    "export": (["GET"], [*FilterForm.base_fields, "format"], "export/"),
+    "export": (["POST"], [*FilterForm.base_fields, "format"], "export/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -307,17 +307,17 @@ ACCEPTED = re.compile(
 def send(client, method, path, query, body, headers):
     url = f"{path}?{urlencode(query)}" if query else path
     if method == "GET":
-        response = client.get(url, headers=headers)
-        if response.streaming:  # an export: read to the end, where a failure would show
-            b"".join(response.streaming_content)
-        return response
-    return client.post(
+        return client.get(url, headers=headers)
+    response = client.post(
         url, urlencode(body), content_type="application/x-www-form-urlencoded", headers=headers
     )
+    if response.streaming:  # an export: read to the end, where a failure would show
+        b"".join(response.streaming_content)
+    return response
 
 
 def refused(method, response) -> bool:
-    if method == "GET" and response.status_code == 200 and response.get("Content-Disposition"):
+    if method == "POST" and response.status_code == 200 and response.get("Content-Disposition"):
         return False  # an export: a download that writes its audit row (deadletters.Export)
     if method == "GET" or response.status_code >= 400:
         return True

@@ -112,3 +112,23 @@ def test_a_validators_message_does_not_show_a_masked_value(chief, settings):
             reason="n fixed",
         )
     assert "s3cret-t0ken" not in str(refused.value)
+
+
+def test_the_edit_permission_alone_does_not_replay():
+    from django.contrib.auth.models import Permission
+    from django.urls import reverse
+
+    from tests.factories import DeadLetterFactory, UserFactory
+
+    from .conftest import logged_in
+
+    letter = DeadLetterFactory()
+    user = UserFactory(username="editor-only")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="deadletters",
+            codename__in=["view_deadletter", "edit_deadletter"],
+        )
+    )
+    response = logged_in(user).get(reverse("deadletters:edit", args=[letter.pk]))
+    assert response.status_code == 403
