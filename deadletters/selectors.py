@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.db import connection
 from django.db.models import BigIntegerField, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -241,30 +242,49 @@ class Cause:
         return spark_bars(self.hourly)
 
 
+# A job type's causes from the counters, most pending first, then for each (at most `limit`)
+# its first and last letter from either end of the (fingerprint, dead_lettered_at) index: one
+# statement.
+CAUSES_SQL = """
+SELECT t.fingerprint, t.error_class, t.pending,
+    (SELECT d.dead_lettered_at FROM jobqueue_deadletter d
+     WHERE d.fingerprint = t.fingerprint AND d.task_path = %(task)s
+     ORDER BY d.dead_lettered_at, d.id LIMIT 1),
+    (SELECT d.dead_lettered_at FROM jobqueue_deadletter d
+     WHERE d.fingerprint = t.fingerprint AND d.task_path = %(task)s
+     ORDER BY d.dead_lettered_at DESC, d.id DESC LIMIT 1),
+    (SELECT d.last_error FROM jobqueue_deadletter d
+     WHERE d.fingerprint = t.fingerprint AND d.task_path = %(task)s
+     ORDER BY d.dead_lettered_at DESC, d.id DESC LIMIT 1)
+FROM (
+    SELECT fingerprint, MIN(error_class) AS error_class, SUM(pending) AS pending
+    FROM deadletters_pendingcount WHERE task_path = %(task)s AND pending > 0
+    GROUP BY fingerprint ORDER BY SUM(pending) DESC, fingerprint LIMIT %(limit)s
+) AS t
+ORDER BY t.pending DESC, t.fingerprint
+"""
+
+
 def causes(task_path: str, *, now=None, limit: int = 20) -> list[Cause]:
     """A job type's pending dead letters grouped by cause, most first: the counts from the
-    trigger-kept counters (no count of the big table), then two probes per cause along the
-    (fingerprint, dead_lettered_at) index for its first and last letter, and one read of the
-    hourly counters for the trends."""
+    trigger-kept counters (no count of the big table), each cause's first and last letter by
+    two index probes in the same statement, and one read of the hourly counters for the
+    trends."""
     now = now or timezone.now()
-    rows = (
-        PendingCount.objects.filter(task_path=task_path, pending__gt=0)
-        .values_list("fingerprint", "error_class")
-        .annotate(n=Sum("pending"))
-        .order_by("-n", "fingerprint")[:limit]
-    )
-    found = {fp: Cause(fp, error_class or "(none)", n) for fp, error_class, n in rows}
-    for cause in found.values():
-        letters = DeadLetter.objects.filter(task_path=task_path, fingerprint=cause.fingerprint)
-        cause.first_seen = (
-            letters.order_by("dead_lettered_at", "id")
-            .values_list("dead_lettered_at", flat=True)
-            .first()
+    with connection.cursor() as cursor:
+        cursor.execute(CAUSES_SQL, {"task": task_path, "limit": limit})
+        rows = cursor.fetchall()
+    found = {
+        fp: Cause(
+            fp,
+            error_class or "(none)",
+            int(pending),
+            first_seen=_datetime(first),
+            last_seen=_datetime(last),
+            sample=sample or "",
         )
-        last = letters.order_by("-dead_lettered_at", "-id").values_list(
-            "dead_lettered_at", "last_error"
-        )
-        cause.last_seen, cause.sample = last.first() or (None, "")
+        for fp, error_class, pending, first, last, sample in rows
+    }
     start = _day_start(now)
     for fp, hour, n in HourlyCount.objects.filter(
         task_path=task_path, fingerprint__in=list(found), hour__gte=start
@@ -275,6 +295,35 @@ def causes(task_path: str, *, now=None, limit: int = 20) -> list[Cause]:
     return list(found.values())
 
 
+# The counters grouped per job type first, then three probes of the pending partial index per
+# type. (With the counters kept per queue, error class and fingerprint, an ORM annotation put
+# the probes in the GROUP BY: once per counter row, thousands of them, not once per type.)
+OVERVIEW_SQL = """
+SELECT t.task_path, t.pending, t.died_again,
+    (SELECT d.source FROM jobqueue_deadletter d
+     WHERE d.state = 'pending' AND d.task_path = t.task_path LIMIT 1),
+    (SELECT d.dead_lettered_at FROM jobqueue_deadletter d
+     WHERE d.state = 'pending' AND d.task_path = t.task_path
+     ORDER BY d.dead_lettered_at LIMIT 1),
+    (SELECT d.dead_lettered_at FROM jobqueue_deadletter d
+     WHERE d.state = 'pending' AND d.task_path = t.task_path
+     ORDER BY d.dead_lettered_at DESC LIMIT 1)
+FROM (
+    SELECT task_path, SUM(pending) AS pending, SUM(died_again) AS died_again
+    FROM deadletters_pendingcount WHERE pending > 0 GROUP BY task_path
+) AS t
+ORDER BY t.task_path
+"""
+
+
+def _datetime(value):
+    """A datetime from a raw query: SQLite gives text (UTC, naive), PostgreSQL a datetime."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 def overview(*, now=None, top=3) -> list[TypeSummary]:
     """One summary per job type with pending dead letters, without counting the big table.
 
@@ -282,21 +331,20 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
     whose per-type subqueries each probe the pending partial index once for oldest and newest.
     """
     now = now or timezone.now()
-    pending = DeadLetter.objects.filter(
-        state=DeadLetterState.PENDING, task_path=OuterRef("task_path")
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(OVERVIEW_SQL)
+        rows = cursor.fetchall()
     summaries = {
-        row["task_path"]: TypeSummary(**row)
-        for row in PendingCount.objects.filter(pending__gt=0)
-        .values("task_path")
-        .order_by("task_path")
-        .annotate(
-            count=Sum("pending"),
-            died_again=Sum("died_again"),
-            source=Subquery(pending.values("source")[:1]),
-            oldest=Subquery(pending.order_by("dead_lettered_at").values("dead_lettered_at")[:1]),
-            newest=Subquery(pending.order_by("-dead_lettered_at").values("dead_lettered_at")[:1]),
+        path: TypeSummary(
+            task_path=path,
+            count=int(count),
+            died_again=int(died_again or 0),
+            source=source,
+            oldest=_datetime(oldest),
+            newest=_datetime(newest),
         )
+        for path, count, died_again, source, oldest, newest in rows
+        if source is not None  # counted, and gone meanwhile
     }
     errors = defaultdict(list)
     for path, error_class, n in (
@@ -309,9 +357,13 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
     for path, counts in errors.items():
         summaries[path].top_errors = sorted(counts, key=lambda c: (-c[1], c[0]))[:top]
     start = _day_start(now)
-    for path, hour, n in HourlyCount.objects.filter(
-        task_path__in=list(summaries), hour__gte=start
-    ).values_list("task_path", "hour", "dead_lettered"):
+    # Summed per type and hour by the database: the counters are per fingerprint too.
+    for path, hour, n in (
+        HourlyCount.objects.filter(task_path__in=list(summaries), hour__gte=start)
+        .values_list("task_path", "hour")
+        .annotate(n=Sum("dead_lettered"))
+        .order_by()
+    ):
         slot = int((hour - start) // timedelta(hours=1))
         if 0 <= slot < 24:
             summaries[path].hourly[slot] += n

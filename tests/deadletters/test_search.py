@@ -102,3 +102,11 @@ def test_sqlite_searches_only_the_newest_letters_it_is_bounded_to(letters, monke
     newest = DeadLetterFactory(last_error="SMTP 421 once more")
     monkeypatch.setattr(search, "SQLITE_SCAN", 2)
     assert found("smtp") == {newest.pk}
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_rare_and_a_common_search_find_the_same_letters(letters, monkeypatch):
+    rare = {text: found(text) for text in ("smtp", "4242", "hopper", "example")}
+    monkeypatch.setattr(search, "RARE", 0)  # every search counts as common: the other plan
+    assert {text: found(text) for text in rare} == rare
+    assert rare["smtp"] == {letters["smtp"].pk}
