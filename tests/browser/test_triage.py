@@ -3,6 +3,7 @@ letters, and reads a replay run that its canary halted (docs/triage.png)."""
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -43,6 +44,11 @@ def test_operator_drills_into_a_cause_and_reads_a_halted_canary(
     rows = page.locator("#results tbody tr")
     expect(rows).to_have_count(3)
     expect(page.locator("#results")).not_to_contain_text("not found")
+    # Exactly this cause's letters, exported (the buttons submit a form of their own).
+    with page.expect_download() as download:
+        page.click("button[form=export][value=csv]")
+    exported = Path(download.value.path()).read_text().splitlines()
+    assert len(exported) == 1 + 3 and all("declined by the issuer" in r for r in exported[1:])
 
     # A run whose canary died again: halted by itself, said so on its page.
     clock = FakeClock()

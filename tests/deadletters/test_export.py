@@ -375,7 +375,7 @@ def test_the_list_exports_what_the_page_shows(operator_client):
     DeadLetterFactory(task_path="shop.receipt")
     DeadLetterFactory(task_path="shop.other")
     page = operator_client.get(reverse("deadletters:list"), {"job_type": "shop.receipt"})
-    form = re.search(r'<form class="export".*?</form>', page.content.decode(), re.S)[0]
+    form = re.search(r'<form id="export".*?</form>', page.content.decode(), re.S)[0]
     fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
     fields.pop("csrfmiddlewaretoken", None)
     exported = parse_jsonl(body(operator_client.post(EXPORT, {**fields, "format": "jsonl"})))
