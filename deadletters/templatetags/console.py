@@ -99,3 +99,20 @@ def when(value, style="hover"):
     if style == "beside":
         html = format_html('{} <span class="ago">({})</span>', html, ago)
     return html
+
+
+@register.filter
+def recorded_filter(recorded, user):
+    """A run's or an export's recorded filter as (name, value) pairs for `user`: a search that
+    looked in payload values is shown masked to anyone who may not reveal them (the words
+    searched, and so the masked value they matched, would be read off the audit)."""
+    from deadletters.redaction import REDACTED, REVEAL_PERMISSION
+
+    if not isinstance(recorded, dict):
+        return []
+    hide = recorded.get("payload_search") and not user.has_perm(REVEAL_PERMISSION)
+    return [
+        (name, REDACTED if hide and name == "q" else value)
+        for name, value in recorded.items()
+        if name != "payload_search"
+    ]

@@ -219,12 +219,20 @@ PRUNE_CHUNK = 1_000
 
 def prune_finished(*, older_than, now: datetime | None = None, using: str = "default") -> int:
     """Delete workflows done before now - older_than, their steps and signals with them, a
-    chunk per statement. Workflows not done stay: a dead one's letter may yet be replayed, and
-    the replay resumes from its steps."""
+    chunk per statement, and the records signals began for jobs that never ran a step. Other
+    workflows stay: a dead one's letter may yet be replayed, and the replay resumes from its
+    steps."""
     cutoff = (now or timezone.now()) - older_than
-    old = Workflow.objects.using(using).filter(state=WorkflowState.DONE, updated_at__lt=cutoff)
+    workflows = Workflow.objects.using(using).filter(updated_at__lt=cutoff)
+    old = workflows.filter(state=WorkflowState.DONE) | (
+        # A record a signal began for a job that never ran a step (its task was no
+        # workflow, or it was cancelled), once that job is finished or gone.
+        workflows.filter(steps__isnull=True).exclude(
+            job__state__in=[JobState.READY, JobState.RUNNING]
+        )
+    )
     deleted = 0
-    while chunk := list(old.order_by("pk").values_list("pk", flat=True)[:PRUNE_CHUNK]):
+    while chunk := list(old.order_by("pk").values_list("pk", flat=True).distinct()[:PRUNE_CHUNK]):
         _, by_model = Workflow.objects.using(using).filter(pk__in=chunk).delete()
         deleted += by_model.get(Workflow._meta.label, 0)
     return deleted

@@ -132,3 +132,28 @@ def test_the_edit_permission_alone_does_not_replay():
     )
     response = logged_in(user).get(reverse("deadletters:edit", args=[letter.pk]))
     assert response.status_code == 403
+
+
+def test_the_audit_shows_a_payload_search_only_to_those_who_may_reveal():
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from deadletters.models import Export
+    from tests.factories import UserFactory
+
+    from .conftest import logged_in, user_with_role
+
+    admin = UserFactory(username="searcher")
+    Export.objects.create(
+        operator=admin,
+        operator_name="searcher",
+        filter={"q": "hunter2", "payload_search": True, "job_type": "shop.login"},
+        format="csv",
+        at=timezone.now(),
+    )
+    audit = reverse("deadletters:audit")
+    as_viewer = logged_in(user_with_role("viewer")).get(audit).content.decode()
+    assert "hunter2" not in as_viewer and "<code>q=••••</code>" in as_viewer
+    assert "<code>job_type=shop.login</code>" in as_viewer
+    as_admin = logged_in(user_with_role("admin", "chief2")).get(audit).content.decode()
+    assert "<code>q=hunter2</code>" in as_admin

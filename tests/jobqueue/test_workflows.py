@@ -338,3 +338,12 @@ def test_recording_progress_renews_the_lease_and_refuses_a_lost_one():
     job.lease_token = "someone-else"
     with pytest.raises(LeaseExpired):
         store.workflows.hold(job, now=now, using="default", lease_seconds=60)
+
+
+def test_prune_drops_what_a_signal_began_for_a_job_that_never_was_a_workflow(sink):
+    result = tasks.noop.enqueue(1)
+    assert signal(result.id, "go") is True  # taken for a workflow not yet begun
+    burst()  # a plain task: it never calls a step
+    later = timezone.now() + timedelta(days=30)
+    assert store.workflows.prune_finished(older_than=timedelta(days=7), now=later) == 1
+    assert not Workflow.objects.exists()
