@@ -92,6 +92,10 @@ def test_workers_through_the_pooler_run_retry_and_dead_letter_jobs(bounced):
     ok = [tasks.noop.enqueue(n) for n in range(200)]
     dying = tasks.permanent.enqueue("refused through the pooler")
     workers = [bounced.start("--poll", "0.1", "--lease", "2") for _ in range(2)]
+    for proc in workers:  # both running (signal handlers installed) before any is stopped
+        wait_until(
+            lambda p=proc: "event=worker_started" in Path(p.log_path).read_text(), timeout=60
+        )
     wait_until(
         lambda: (
             Job.objects.filter(state=JobState.DONE).count() == 200
