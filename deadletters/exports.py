@@ -55,23 +55,8 @@ FIELDS = (
     "args",
     "kwargs",
 )
-# The DeadLetter columns they are read from (same order).
-COLUMNS = (
-    "id",
-    "source",
-    "task_path",
-    "queue_name",
-    "state",
-    "error_class",
-    "fingerprint",
-    "attempts",
-    "replays",
-    "first_failed_at",
-    "dead_lettered_at",
-    "last_error",
-    "args",
-    "kwargs",
-)
+# The DeadLetter columns they are read from (same order): the names, but for the queue.
+COLUMNS = tuple({"queue": "queue_name"}.get(name, name) for name in FIELDS)
 # Letters per keyset read, and per chunk of the stream.
 PAGE = 500
 # What a spreadsheet takes for the start of a formula (OWASP's list for CSV injection).

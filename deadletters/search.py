@@ -16,24 +16,32 @@ from django.db import connections, transaction
 from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 
+
 # Must stay identical to the index expressions in jobqueue/migrations/0018 (a test EXPLAINs a
 # search and checks the index is used). Payload values are searched only for a user who may see
 # them unmasked (a match would otherwise tell which letters hold a masked value): the others
 # search the error text alone, from its own index.
-PG_ERROR_VECTOR = "to_tsvector('simple'::regconfig, last_error)"
-PG_VECTOR = (
-    "(to_tsvector('simple'::regconfig, last_error)"
-    " || jsonb_to_tsvector('simple'::regconfig, args, '[\"string\", \"numeric\"]'::jsonb)"
-    " || jsonb_to_tsvector('simple'::regconfig, kwargs, '[\"string\", \"numeric\"]'::jsonb))"
-)
-# Qualified in the query (a list may join the job table, which has args and kwargs too); the
-# planner matches the index by the columns, not by the text.
-PG_MATCH = (
-    PG_VECTOR.replace("last_error", "jobqueue_deadletter.last_error")
-    .replace(" args,", " jobqueue_deadletter.args,")
-    .replace(" kwargs,", " jobqueue_deadletter.kwargs,")
-    + " @@ websearch_to_tsquery('simple'::regconfig, %s)"
-)
+def _vector(*, payload: bool, table: str = "") -> str:
+    """The indexed tsvector expression; with `table`, its columns qualified (a list may join the
+    job table, which has args and kwargs too: the planner matches the index by columns)."""
+    col = f"{table}." if table else ""
+    error = f"to_tsvector('simple'::regconfig, {col}last_error)"
+    if not payload:
+        return error
+    values = '\'["string", "numeric"]\'::jsonb'
+    return (
+        f"({error} || jsonb_to_tsvector('simple'::regconfig, {col}args, {values})"
+        f" || jsonb_to_tsvector('simple'::regconfig, {col}kwargs, {values}))"
+    )
+
+
+def _match(*, payload: bool) -> str:
+    vector = _vector(payload=payload, table="jobqueue_deadletter")
+    return f"{vector} @@ websearch_to_tsquery('simple'::regconfig, %s)"
+
+
+PG_MATCH = _match(payload=True)
+PG_ERROR_MATCH = _match(payload=False)
 
 SQLITE_SCAN = 100_000
 
@@ -41,12 +49,6 @@ SQLITE_SCAN = 100_000
 def bounded(using: str = "default") -> bool:
     """Whether a search on this database only looks at the newest SQLITE_SCAN letters."""
     return connections[using].vendor != "postgresql"
-
-
-PG_ERROR_MATCH = (
-    PG_ERROR_VECTOR.replace("last_error", "jobqueue_deadletter.last_error")
-    + " @@ websearch_to_tsquery('simple'::regconfig, %s)"
-)
 
 
 # Below this many matches a search is "rare": its letters are taken from the GIN index and

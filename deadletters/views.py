@@ -152,11 +152,17 @@ def page_not_found(request, exception=None, template_name="deadletters/error.htm
     return render(request, template_name, context, status=404)
 
 
+def _whole_page(request) -> bool:
+    """A normal load, a boosted link, or htmx's history restore (which also sends HX-Request,
+    and must get a page back): the whole page, not a partial."""
+    htmx = request.htmx
+    return not htmx or htmx.boosted or htmx.history_restore_request
+
+
 def render_page(request, template, partial, context):
     """The partial for an HTMX swap; the whole page for a normal load, a boosted link, and
     htmx's history restore (which also sends HX-Request, and must get a page back)."""
-    htmx = request.htmx
-    whole = not htmx or htmx.boosted or htmx.history_restore_request
+    whole = _whole_page(request)
     response = render(request, template if whole else f"{template}#{partial}", context)
     # One URL, two bodies: caches (the browser's back button included) must key on the header.
     patch_vary_headers(response, ("HX-Request",))
@@ -178,7 +184,7 @@ def overview(request):
 @console_view
 def letter_list(request):
     form = ListPageForm(request.GET)
-    f = form.to_filter(payload_search=_sees_payloads(request.user))
+    f = _filter(form, request.user)
     cursors = form.cleaned_data
     result = selectors.page(f, after=cursors.get("after"), before=cursors.get("before"))
     echo = form.echo()
@@ -193,7 +199,6 @@ def letter_list(request):
         "choices": selectors.filter_choices(),
         "now": timezone.now(),
         # A job type's dead letters grouped by cause, each a link that filters to it.
-        "causes": selectors.causes(f.job_type) if f.job_type else [],
         "search_bound": search.SQLITE_SCAN if f.q and search.bounded() else None,
         # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
         "detail_prefix": reverse("deadletters:overview"),
@@ -203,6 +208,10 @@ def letter_list(request):
     # The filter form swaps itself with the rows (its fields carry their errors); the pager
     # swaps only the rows.
     partial = "listing" if request.htmx.target == "listing" else "results"
+    if f.job_type and (partial == "listing" or _whole_page(request)):
+        # A job type's letters grouped by cause, above the rows: not for the pager, which
+        # swaps only the rows.
+        context["causes"] = selectors.causes(f.job_type)
     return render_page(request, "deadletters/list.html", partial, context)
 
 
@@ -215,15 +224,15 @@ def matching_count(request):
         # the one a select-all would freeze must not be offered.
         return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
     count, more = selectors.count_matching(
-        form.to_filter(payload_search=_sees_payloads(request.user))
+        _filter(form, request.user)
     )
     return render(request, "deadletters/list.html#select-all", {"count": count, "more": more})
 
 
-def _sees_payloads(user) -> bool:
-    """Whether a search may look in payload values for `user`: only for one who may see them
-    unmasked, or a search would tell which letters hold a masked value."""
-    return user.has_perm(redaction.REVEAL_PERMISSION)
+def _filter(form, user):
+    """The form's filter for `user`: its search looks in payload values only for one who may
+    see them unmasked, or a search would tell which rows hold a masked value."""
+    return form.to_filter(payload_search=user.has_perm(redaction.REVEAL_PERMISSION))
 
 
 def _permissions(user):
@@ -309,7 +318,7 @@ def preview(request):
             # more than the operator saw.
             raise services.RefusedError(f"Refused: {refusal(form)}")
         if form.cleaned_data["select_all"]:
-            f = form.to_filter(payload_search=_sees_payloads(request.user))
+            f = _filter(form, request.user)
             ids, recorded_filter = selectors.matching_ids(f), f.as_json()
         else:
             ids = form.cleaned_data["ids"]
@@ -601,7 +610,7 @@ JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
 def job_list(request):
     """Every job, not only dead ones: by state, task, queue, key and text, newest first."""
     form = JobFilterForm(request.GET)
-    f = form.to_filter(payload_search=_sees_payloads(request.user))
+    f = _filter(form, request.user)
     cursors = form.cleaned_data
     context = {
         "form": form,
@@ -669,7 +678,7 @@ def job_preview(request):
         if not form.is_valid():
             raise services.RefusedError(f"Refused: {refusal(form)}")
         if form.cleaned_data["select_all"]:
-            f = form.to_filter(payload_search=_sees_payloads(request.user))
+            f = _filter(form, request.user)
             ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"))
             recorded = dict(form.echo())
         else:
@@ -743,7 +752,7 @@ def export(request):
         return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
     record, chunks = exports.export(
         operator=request.user,
-        filter=form.to_filter(payload_search=_sees_payloads(request.user)),
+        filter=_filter(form, request.user),
         fmt=fmt,
     )
     response = StreamingHttpResponse(

@@ -261,30 +261,17 @@ def sleep(duration: timedelta | float, *, name: str | None = None) -> None:
     if known is not None and known.state == WorkflowStep.State.DONE:
         return
     now = attempt.clock()
-    with transaction.atomic(using=attempt.using):
-        _hold(attempt)
-        if known is None:
-            known = _save(
-                attempt,
-                name,
-                WorkflowStep.Kind.SLEEP,
-                None,
-                now=now,
-                state=WorkflowStep.State.PENDING,
-                wake_at=now + timedelta(seconds=seconds),
-            )
-        if known.wake_at <= now:
-            known = _save(
-                attempt,
-                name,
-                WorkflowStep.Kind.SLEEP,
-                known,
-                now=now,
-                state=WorkflowStep.State.DONE,
-            )
-        else:
-            _wait_until(attempt, known.wake_at, WorkflowState.SLEEPING, name, now=now)
-    attempt.steps[name] = known
+    wake_at = known.wake_at if known is not None else now + timedelta(seconds=seconds)
+    known = _settle_wait(
+        attempt,
+        name,
+        WorkflowStep.Kind.SLEEP,
+        known,
+        now=now,
+        wake_at=wake_at,
+        done=wake_at <= now,
+        waiting=WorkflowState.SLEEPING,
+    )
     if known.state != WorkflowStep.State.DONE:
         raise Suspend(known.wake_at, f"sleep {name!r}")
 
@@ -300,45 +287,27 @@ def wait_for(event: str, *, timeout: timedelta | float, name: str | None = None)
     if known is not None and known.state == WorkflowStep.State.DONE:
         return (known.result or {}).get("signal")
     now = attempt.clock()
+    wake_at = known.wake_at if known is not None else now + timedelta(seconds=seconds)
     with transaction.atomic(using=attempt.using):
-        _hold(attempt)
+        # The workflow row locked first: a signal sent meanwhile is either seen here or sees
+        # the workflow waiting, and wakes its job.
         sent = store.workflows.take_signal(attempt.workflow, event, attempt.using)
-        kind = WorkflowStep.Kind.WAIT
         if sent is not None:
-            known = _save(
-                attempt,
-                name,
-                kind,
-                known,
-                now=now,
-                state=WorkflowStep.State.DONE,
-                result={"signal": sent.payload, "sent_at": sent.sent_at.isoformat()},
-            )
-        elif known is not None and known.wake_at <= now:
-            known = _save(
-                attempt,
-                name,
-                kind,
-                known,
-                now=now,
-                state=WorkflowStep.State.DONE,
-                result={"timed_out": True},
-            )
+            result = {"signal": sent.payload, "sent_at": sent.sent_at.isoformat()}
         else:
-            if known is None:
-                known = _save(
-                    attempt,
-                    name,
-                    kind,
-                    None,
-                    now=now,
-                    state=WorkflowStep.State.PENDING,
-                    wake_at=now + timedelta(seconds=seconds),
-                )
-            _wait_until(
-                attempt, known.wake_at, WorkflowState.WAITING, name, now=now, waiting_for=event
-            )
-    attempt.steps[name] = known
+            result = {"timed_out": True} if wake_at <= now else None
+        known = _settle_wait(
+            attempt,
+            name,
+            WorkflowStep.Kind.WAIT,
+            known,
+            now=now,
+            wake_at=wake_at,
+            done=result is not None,
+            waiting=WorkflowState.WAITING,
+            waiting_for=event,
+            result=result,
+        )
     if known.state != WorkflowStep.State.DONE:
         raise Suspend(known.wake_at, f"wait for {event!r}")
     return known.result.get("signal")
@@ -593,6 +562,26 @@ def _record_done(attempt, name, known, value, started) -> WorkflowStep:
     )
 
 
+def _settle_wait(
+    attempt, name, kind, known, *, now, wake_at, done, waiting, waiting_for="", result=None
+) -> WorkflowStep:
+    """A sleep's or a wait's record, in one transaction (the caller's, if it has one): done
+    (under a checked lease), or pending with the job sent back to wait until `wake_at` (the
+    suspension's own guarded update is the lease check then)."""
+    with transaction.atomic(using=attempt.using):
+        if done:
+            _hold(attempt)
+            state, fields = WorkflowStep.State.DONE, {"result": result, "wake_at": wake_at}
+        else:
+            state, fields = WorkflowStep.State.PENDING, {"wake_at": wake_at}
+        if known is None or done:
+            known = _save(attempt, name, kind, known, now=now, state=state, **fields)
+        if not done:
+            _wait_until(attempt, wake_at, waiting, name, now=now, waiting_for=waiting_for)
+    attempt.steps[name] = known
+    return known
+
+
 def _wait_until(attempt, until, state, name, *, now, waiting_for="") -> None:
     """Send the job back to wait in the caller's transaction, where the workflow row's state
     is written too (so a signal sent meanwhile either is seen or sees it waiting)."""
@@ -629,7 +618,8 @@ def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Excep
     errors = [*(known.errors if known is not None else []), entry][-MAX_STEP_ERRORS:]
     state = WorkflowStep.State.DEAD if dead else WorkflowStep.State.FAILED
     with transaction.atomic(using=attempt.using):
-        _hold(attempt)
+        if dead:  # a retry's suspension checks the lease itself
+            _hold(attempt)
         record = _save(
             attempt,
             name,

@@ -30,30 +30,12 @@ from tests.conftest import wait_until
 from tests.factories import DeadLetterFactory
 
 from .conftest import logged_in, user_with_role
+from .test_pacing import FakeClock
 
 pytestmark = pytest.mark.django_db
 
 RUNNER = "deadletters.tasks.carry_out_run"
 PREVIEW = reverse("deadletters:preview")
-
-
-class FakeClock:
-    """timezone.now for the services; `sleep` moves it on instead of waiting."""
-
-    def __init__(self):
-        self.now = timezone.now().replace(microsecond=0) + timedelta(days=1)
-        self.start = self.now
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += timedelta(seconds=seconds)
-
-    def at(self, seconds):
-        return self.start + timedelta(seconds=seconds)
 
 
 def start(operator, letters, *, canary, clock=None, **options):

@@ -96,3 +96,11 @@ def test_the_letter_page_links_to_its_cause(client, letters):
     client.force_login(user_with_role("viewer"))
     page = client.get(reverse("deadletters:detail", args=[letters[0].pk]))
     assert f"fingerprint={letters[0].fingerprint}" in page.content.decode()
+
+
+def test_the_pager_swaps_rows_without_reading_the_causes_again(client, letters):
+    client.force_login(user_with_role("viewer"))
+    query = {"job_type": "shop.charge"}
+    assert "Pending by cause" in client.get(reverse("deadletters:list"), query).content.decode()
+    rows = client.get(reverse("deadletters:list"), query, headers={"HX-Request": "true"})
+    assert "causes" not in rows.context and "Pending by cause" not in rows.content.decode()
