@@ -32,6 +32,7 @@ OPTIONAL = {
     "postgres": ("psycopg", "redrive[postgres]"),
     "rabbitmq": ("pika", "redrive[rabbitmq]"),
     "metrics": ("prometheus_client", "redrive[metrics]"),
+    "redis": ("redis", "redrive[redis]"),
 }
 
 
@@ -336,3 +337,22 @@ def check_pooler(app_configs=None, **kwargs):
             )
         )
     return found
+
+
+@checks.register(checks.Tags.compatibility, TAG)
+def check_redis_package(app_configs=None, **kwargs):
+    """REDRIVE["REDIS_URL"] set (jobqueue.redis_once) without redis-py installed: every claim
+    would fail with ImproperlyConfigured at run time, so say it at start-up."""
+    from jobqueue.conf import setting
+
+    module, extra = OPTIONAL["redis"]
+    if not setting("REDIS_URL") or installed(module):
+        return []
+    return [
+        checks.Error(
+            f"REDRIVE['REDIS_URL'] is set, but jobqueue.redis_once needs the {module!r} package, "
+            "which is not installed.",
+            hint=f"pip install '{extra}', or remove REDRIVE['REDIS_URL'].",
+            id="redrive.E028",
+        )
+    ]

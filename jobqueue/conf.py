@@ -52,6 +52,23 @@ DEFAULTS = {
     "RATE_LIMITS": {},
     # The transactional outbox (jobqueue/outbox.py documents the shape).
     "OUTBOX": {},
+    # Brokers' dead-letter queues mirrored into the console (jobqueue/store/sources/): RabbitMQ
+    # {"url": "amqp://…", "queues": [...]} and SQS {"queues": [urls], "endpoint_url": …,
+    # "region_name": …}; a source syncs once its "queues" are set (REDRIVE["SOURCES"] names
+    # it too, for the console's filter and the checks).
+    "RABBITMQ_DEAD_LETTERS": {},
+    "SQS_DEAD_LETTERS": {},
+    # Seconds between a worker's syncs of the configured broker sources (0: only
+    # `manage.py deadletters sync`).
+    "SOURCES_SYNC_SECONDS": 60.0,
+    # jobqueue.redis_once (jobqueue/redis_claims.py): the Redis its claims live in, e.g.
+    # "redis://127.0.0.1:6379/0" (needs redrive[redis]); "" means not configured.
+    "REDIS_URL": "",
+    # Seconds a redis_once claim outlives a holder that died mid-work; keep it above the time
+    # the work takes, or a second caller may run it while the first still does.
+    "REDIS_CLAIM_SECONDS": 300.0,
+    # Seconds a finished redis_once key is kept: repeats within it skip the work.
+    "REDIS_DONE_SECONDS": 86400.0,
 }
 
 # Every declared key with its default and the app that declared it (for the checks' messages).
