@@ -264,6 +264,13 @@ REDRIVE = {
     "SOURCES": _env_list("REDRIVE_SOURCES", "jobqueue,django_q2"),
     # The zone the console shows times in (IANA name).
     "TIME_ZONE": _env("DEADLETTERS_TIME_ZONE", "UTC"),
+    # Effects outside the database: jobqueue.redis_once's Redis.
+    "REDIS_URL": _env("REDRIVE_REDIS_URL", ""),
+    # Brokers' dead-letter queues in the console (add "rabbitmq" / "sqs" to REDRIVE_SOURCES),
+    # as JSON: {"url": "amqp://…", "queues": ["orders.dead"]} and {"queues": [url], …}.
+    "RABBITMQ_DEAD_LETTERS": _env_json("REDRIVE_RABBITMQ_DEAD_LETTERS"),
+    "SQS_DEAD_LETTERS": _env_json("REDRIVE_SQS_DEAD_LETTERS"),
+    "SOURCES_SYNC_SECONDS": _env("REDRIVE_SOURCES_SYNC_SECONDS", 60.0, float),
 }
 # Payload keys whose values are masked: case-insensitive regular expressions searched in each
 # key; a comma list replaces the default (deadletters/conf.py).

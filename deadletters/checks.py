@@ -64,7 +64,8 @@ def console_setup(app_configs=None, **kwargs):
         )
     for source in conf.get("SOURCES"):
         try:
-            needs = (sources.register(source) if "." in source else sources.get(source)).requires
+            found_source = sources.register(source) if "." in source else sources.get(source)
+            needs = found_source.requires
         except (ImportError, TypeError, sources.UnknownSource) as exc:
             found.append(
                 checks.Error(
@@ -83,13 +84,26 @@ def console_setup(app_configs=None, **kwargs):
                     id="redrive.E002",
                 )
             )
-        elif needs and not apps.is_installed(needs[0]):
+        elif (
+            needs
+            and getattr(found_source, "requires_app", True)
+            and not apps.is_installed(needs[0])
+        ):
             found.append(
                 checks.Error(
                     f"Dead-letter source {source!r} is configured but {needs[0]!r} is not in "
                     "INSTALLED_APPS, so its failures never reach the console.",
                     hint=f'INSTALLED_APPS += ["{needs[0]}"]',
                     id="redrive.E006",
+                )
+            )
+        for problem in getattr(found_source, "problems", lambda: [])():
+            found.append(
+                checks.Error(
+                    f"Dead-letter source {source!r}: {problem}",
+                    hint=f"See REDRIVE[{found_source.settings_key!r}] in the README's "
+                    "'Brokers' dead letters'.",
+                    id="redrive.E029",
                 )
             )
     zone = conf.get("TIME_ZONE")

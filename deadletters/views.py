@@ -223,9 +223,7 @@ def matching_count(request):
         # The list links here with its valid filters only; a count of some other filter than
         # the one a select-all would freeze must not be offered.
         return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
-    count, more = selectors.count_matching(
-        _filter(form, request.user)
-    )
+    count, more = selectors.count_matching(_filter(form, request.user))
     return render(request, "deadletters/list.html#select-all", {"count": count, "more": more})
 
 

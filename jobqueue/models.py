@@ -223,7 +223,8 @@ class DeadLetter(models.Model):
     )
     discarded_at = models.DateTimeField(null=True, blank=True)
     # Source "django_q2": the django-q2 task id of the latest replay (its result, saved by the
-    # cluster, settles the letter). The original task's id is in `idempotency_key`.
+    # cluster, settles the letter). The original task's id is in `idempotency_key`. Broker
+    # sources ("rabbitmq", "sqs"): the id of the message the latest replay published.
     replay_ref = models.CharField(max_length=32, null=True, blank=True)
 
     class Meta:
@@ -233,6 +234,13 @@ class DeadLetter(models.Model):
                 fields=["idempotency_key"],
                 condition=Q(source="django_q2"),
                 name="jobqueue_dl_django_q2_task_uniq",
+            ),
+            # One dead letter per broker message (its identity at the broker, kept in
+            # `idempotency_key`): a sync sees the same message again until it is settled.
+            models.UniqueConstraint(
+                fields=["source", "idempotency_key"],
+                condition=Q(source__in=["rabbitmq", "sqs"]),
+                name="jobqueue_dl_broker_message_uniq",
             ),
         ]
         indexes = [

@@ -60,6 +60,7 @@ from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import log_lines, logfmt
 from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
+from jobqueue.store import sources
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
 logger = logging.getLogger("jobqueue.worker")
@@ -332,6 +333,11 @@ class Worker(Loop):
         self._counts = threading.Lock()
         self._low_water = 0  # held jobs at or below which the main thread claims more
         self._announce_start = False  # send task_started (someone listens)
+        # Brokers' dead-letter queues mirrored in a thread of their own (their I/O must not
+        # hold up claims), at most one round at a time.
+        self._sources_sync_seconds = float(policy("SOURCES_SYNC_SECONDS") or 0)
+        self._last_sources_sync = float("-inf")
+        self._sources_syncing: threading.Thread | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -436,6 +442,7 @@ class Worker(Loop):
         self._revive_handlers()
         self._record_if_due()
         self._schedule_if_due()
+        self._sync_sources_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
         if self.stopping:
@@ -971,6 +978,56 @@ class Worker(Loop):
             raise  # the loop's backoff handles the database
         except Exception:
             logger.exception("event=schedule_error worker=%s", self.worker_id)
+
+    def _sync_sources_if_due(self):
+        """Mirror the configured brokers' dead letters (jobqueue.store.sources.brokers) every
+        SOURCES_SYNC_SECONDS, and finish what an interrupted replay or discard left there."""
+        if self._sources_sync_seconds <= 0 or self.burst:
+            return
+        now_mono = time.monotonic()
+        if now_mono - self._last_sources_sync < self._sources_sync_seconds:
+            return
+        self._last_sources_sync = now_mono
+        if self._sources_syncing is not None and self._sources_syncing.is_alive():
+            return
+        chosen = sources.syncable()
+        if chosen:
+            self._sources_syncing = threading.Thread(
+                target=self._sync_sources, args=(chosen,), name="redrive-sources", daemon=True
+            )
+            self._sources_syncing.start()
+
+    def _sync_sources(self, chosen):
+        from jobqueue.store.sources.brokers import Unreachable
+
+        try:
+            for source in chosen:
+                try:
+                    done = source.sync(using=self.using)
+                except Unreachable as exc:
+                    logger.warning(
+                        "event=source_unreachable worker=%s source=%s error=%s",
+                        self.worker_id,
+                        source.name,
+                        exc,
+                    )
+                    continue
+                except Exception:
+                    logger.exception(
+                        "event=source_sync_error worker=%s source=%s", self.worker_id, source.name
+                    )
+                    continue
+                if done.seen or done.errors:
+                    logger.info("event=source_synced worker=%s %s", self.worker_id, done.line())
+                for error in done.errors:
+                    logger.warning(
+                        "event=source_error worker=%s source=%s error=%s",
+                        self.worker_id,
+                        source.name,
+                        error,
+                    )
+        finally:
+            connections.close_all()  # this thread's own
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)

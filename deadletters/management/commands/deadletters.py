@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 
+from django.core.management import CommandError
 from django.db import transaction
 
 from deadletters import conf, exports, redaction, selectors, services
@@ -112,6 +113,18 @@ class Command(cli.Command):
                 )
         self._export_arguments(sub)
         self._approve_arguments(sub)
+        sync = sub.add_parser(
+            "sync",
+            help="Mirror the dead letters brokers keep (RabbitMQ, SQS) and finish the replays "
+            "and discards an interruption left (workers also do it every "
+            "REDRIVE['SOURCES_SYNC_SECONDS']).",
+        )
+        sync.add_argument(
+            "--source",
+            choices=["rabbitmq", "sqs"],
+            default=None,
+            help="Only this source (default: every configured one).",
+        )
 
     def _filters(self, parser):
         # Empty means "any", as in the console; longer than the column can match nothing.
@@ -325,6 +338,35 @@ class Command(cli.Command):
                 f"run {run.pk} halted by its canary: the items after it were not replayed; "
                 "resume it from the console to replay them anyway, or cancel it"
             )
+
+    # --- brokers' dead letters (jobqueue/store/sources/brokers.py) ---------------------------
+
+    def do_sync(self, opts):
+        """One line per source; a broker that cannot be reached is an error naming it, and
+        loses nothing (its messages stay where they are until the next sync)."""
+        from jobqueue.store.sources.brokers import Unreachable
+
+        try:
+            chosen = sources.syncable(opts["source"])
+        except sources.UnknownSource as exc:
+            raise usage_error(str(exc)) from exc
+        if not chosen:
+            raise usage_error(
+                "No broker source is configured: set REDRIVE['RABBITMQ_DEAD_LETTERS'] or "
+                "REDRIVE['SQS_DEAD_LETTERS'] with its \"queues\"."
+            )
+        failed = []
+        for source in chosen:
+            try:
+                done = source.sync()
+            except Unreachable as exc:
+                failed.append(f"{source.label} is unreachable: {exc}")
+                continue
+            self.stdout.write(done.line())
+            for error in done.errors:
+                self.stderr.write(f"source={source.name} error={error}")
+        if failed:
+            raise CommandError("; ".join(failed) + " (nothing was lost: run sync again)")
 
     # --- export (audited; deadletters/exports.py) -------------------------------------------
 

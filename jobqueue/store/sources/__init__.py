@@ -130,6 +130,8 @@ BUILTIN = {
     "jobqueue": "jobqueue.store.sources.job_letters.JobLetters",
     "outbox": "jobqueue.store.sources.outbox_letters.OutboxLetters",
     "django_q2": "jobqueue.store.sources.django_q2_letters.DjangoQ2Letters",
+    "rabbitmq": "jobqueue.store.sources.rabbitmq_letters.RabbitMQLetters",
+    "sqs": "jobqueue.store.sources.sqs_letters.SQSLetters",
 }
 _paths: dict[str, str] = dict(BUILTIN)
 _loaded: dict[str, Source] = {}
@@ -188,6 +190,30 @@ def describe(letter: DeadLetter, *, payload=None) -> Description:
     except UnknownSource:
         return Description(label=letter.source)
     return source.describe(letter, payload=payload)
+
+
+def syncable(name: str | None = None) -> list:
+    """The sources that mirror letters a broker keeps (they implement `sync`) and are
+    configured, or the one named (UnknownSource if it is no such source or not configured)."""
+    if name is not None:
+        source = get(name)
+        if not callable(getattr(source, "sync", None)):
+            raise UnknownSource(f"dead-letter source {name!r} keeps its letters here: no sync")
+        if not source.configured():
+            raise UnknownSource(
+                f"dead-letter source {name!r} has no queues configured "
+                f"(REDRIVE[{source.settings_key!r}])"
+            )
+        return [source]
+    found = []
+    for each in list(_paths):
+        try:
+            source = get(each)
+        except (ImportError, TypeError, UnknownSource):
+            continue
+        if callable(getattr(source, "sync", None)) and source.configured():
+            found.append(source)
+    return found
 
 
 def made(source_name: str | None, ref: str) -> Made:

@@ -1,0 +1,317 @@
+"""Source "sqs": messages an SQS redrive policy (`maxReceiveCount`) moved into the dead-letter
+queues named in REDRIVE["SQS_DEAD_LETTERS"], mirrored here (jobqueue.store.sources.brokers has
+the life of a letter).
+
+    REDRIVE = {
+        "SOURCES": ["jobqueue", "sqs"],
+        "SQS_DEAD_LETTERS": {
+            "queues": ["https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"],
+            "region_name": "eu-west-1",
+            # optional: "endpoint_url" (a local SQS), "aws_access_key_id",
+            # "aws_secret_access_key" (else boto3's own chain: environment, profile, role),
+            # "scan_limit" (messages read per queue per sync), "visibility_timeout" (seconds
+            # a message read by a sync stays hidden from other readers while it is handled)
+        },
+    }
+
+A sync receives each message with a short visibility timeout and makes the ones it leaves
+visible again at once; the message stays in the queue until a replay or a discard deletes it.
+Identity: its SQS message id. Attempts: its `ApproximateReceiveCount` when first seen (less the
+sync's own receive). The source queue is the one whose redrive policy targets this queue
+(`ListDeadLetterSourceQueues`); a queue that is the target of several is replayed to the
+message's `DeadLetterQueueSourceArn` where SQS gives it, and otherwise not at all.
+
+Replay, like SQS's own redrive: the body and message attributes are sent to the source queue,
+the letter is recorded 'replayed' with the new message's id, then the dead-letter copy is
+deleted. SQS has no transaction over a send and a delete: a process killed between the send
+and the record sends again on the next sync (for FIFO queues SQS itself drops that second send,
+by its deduplication id `redrive-<letter>-<replay>`; standard queues' consumers can deduplicate
+on the `redrive` attribute); killed after the record, the next sync only deletes the copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+
+from django.utils import timezone
+
+from . import Made, Replayed
+from .brokers import (
+    Action,
+    BrokerSource,
+    Round,
+    Seen,
+    Unreachable,
+    body_value,
+    error_entry,
+    handle,
+    kept,
+    settings_of,
+    settle_replayed,
+)
+
+SOURCE = "sqs"
+SETTINGS = "SQS_DEAD_LETTERS"
+MARK = "redrive"  # message attribute "<letter id>:<replay number>" on a replayed message
+MAX_ATTRIBUTES = 10  # SQS's limit per message
+SKIP_NO_SOURCE_QUEUE = "no source queue: {why}"
+
+
+def queue_name(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _mark(attributes: dict) -> tuple[int | None, int]:
+    value = (attributes.get(MARK) or {}).get("StringValue") or ""
+    letter, _, replay = value.partition(":")
+    if letter.isdigit() and replay.isdigit():
+        return int(letter), int(replay)
+    return None, 0
+
+
+def _shown_attributes(attributes: dict) -> dict:
+    shown = {}
+    for name, value in attributes.items():
+        if name == MARK:
+            continue
+        if "StringValue" in value:
+            shown[name] = value["StringValue"]
+        else:
+            shown[name] = {"$not_json": value.get("DataType", "Binary"), "summary": "binary value"}
+    return shown
+
+
+class SQSLetters(BrokerSource):
+    name = SOURCE
+    label = "SQS"
+    requires = ("boto3", "redrive[sqs]")
+    settings_key = SETTINGS
+    # Sent, recorded, then deleted: a copy whose letter is 'replayed' was sent already.
+    published_leftover = Action.REMOVE
+    options = {
+        "endpoint_url": str,
+        "region_name": str,
+        "aws_access_key_id": str,
+        "aws_secret_access_key": str,
+        "aws_session_token": str,
+        "scan_limit": int,
+        "visibility_timeout": int,
+        "timeout": (int, float),
+    }
+
+    def made(self, ref):
+        return Made("SQS message", ref)
+
+    def _options(self) -> dict:
+        options = settings_of(SETTINGS)
+        return {
+            "queues": list(options.get("queues") or ()),
+            "scan_limit": int(options.get("scan_limit") or 10_000),
+            "visibility_timeout": int(options.get("visibility_timeout") or 60),
+            "client": {
+                key: options[key]
+                for key in (
+                    "endpoint_url",
+                    "region_name",
+                    "aws_access_key_id",
+                    "aws_secret_access_key",
+                    "aws_session_token",
+                )
+                if options.get(key)
+            },
+            "timeout": float(options.get("timeout") or 5.0),
+        }
+
+    def _client(self, options):
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            connect_timeout=options["timeout"],
+            read_timeout=options["timeout"],
+            retries={"max_attempts": 1},
+        )
+        return boto3.client("sqs", config=config, **options["client"])
+
+    def _call(self, method, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return method(**kwargs)
+        except (BotoCoreError, ClientError) as exc:
+            raise Unreachable(str(exc)[:300] or type(exc).__name__) from exc
+
+    def check(self):
+        options = self._options()
+        client = self._client(options)
+        for url in options["queues"]:
+            self._call(client.get_queue_attributes, QueueUrl=url, AttributeNames=["QueueArn"])
+
+    def _source_queue(self, client, dlq_url: str, message: dict) -> str | None:
+        arn = (message.get("Attributes") or {}).get("DeadLetterQueueSourceArn")
+        urls = self._call(client.list_dead_letter_source_queues, QueueUrl=dlq_url).get(
+            "queueUrls", []
+        )
+        if arn:
+            for url in urls:
+                if queue_name(url) == arn.rsplit(":", 1)[-1]:
+                    return url
+        return urls[0] if len(urls) == 1 else None
+
+    def settle(self, wanted, *, using):
+        options = self._options()
+        client = self._client(options)
+        round_ = Round(self.name)
+        remaining = set(wanted) if wanted is not None else None
+        for url in options["queues"]:
+            if remaining is not None and not remaining:
+                break
+            self._scan(client, url, options, round_, remaining, using=using)
+        return round_
+
+    def _scan(self, client, url, options, round_, remaining, *, using):
+        kept: list[str] = []
+        read: set[str] = set()
+        try:
+            while len(read) < options["scan_limit"]:
+                batch = self._call(
+                    client.receive_message,
+                    QueueUrl=url,
+                    MaxNumberOfMessages=10,
+                    VisibilityTimeout=options["visibility_timeout"],
+                    WaitTimeSeconds=0,
+                    AttributeNames=["All"],
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+                fresh = [m for m in batch if m["MessageId"] not in read]
+                if not fresh:
+                    break
+                for message in fresh:
+                    read.add(message["MessageId"])
+                    done = self._one(client, url, message, round_, remaining, using=using)
+                    if done is None:
+                        kept.append(message["ReceiptHandle"])
+                    elif remaining is not None and done in remaining:
+                        remaining.discard(done)
+                if remaining is not None and not remaining:
+                    break
+        finally:
+            # What this round left is visible again at once, for the next reader.
+            for start in range(0, len(kept), 10):
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": handle_, "VisibilityTimeout": 0}
+                    for i, handle_ in enumerate(kept[start : start + 10])
+                ]
+                # Failing, they reappear when their timeout ends anyway.
+                with contextlib.suppress(Exception):
+                    client.change_message_visibility_batch(QueueUrl=url, Entries=entries)
+
+    def _one(self, client, url, message, round_, remaining, *, using) -> int | None:
+        """Handle one received message; its letter's id once it is settled (deleted), or None
+        while it stays in the queue."""
+        seen = self._seen(url, message)
+        outcome: dict[str, int] = {}
+
+        def publish(letter):
+            source = self._source_queue(client, url, message)
+            if source is None:
+                raise Unreachable(
+                    SKIP_NO_SOURCE_QUEUE.format(why=f"no single queue sends to {queue_name(url)!r}")
+                )
+            attributes = dict(message.get("MessageAttributes") or {})
+            attributes.pop(MARK, None)
+            if len(attributes) < MAX_ATTRIBUTES:
+                attributes[MARK] = {
+                    "DataType": "String",
+                    "StringValue": f"{letter.pk}:{letter.replays}",
+                }
+            sent = {"QueueUrl": source, "MessageBody": message["Body"]}
+            if attributes:
+                sent["MessageAttributes"] = attributes
+            if source.endswith(".fifo"):
+                group = (message.get("Attributes") or {}).get("MessageGroupId") or "redrive"
+                sent["MessageGroupId"] = group
+                sent["MessageDeduplicationId"] = f"redrive-{letter.pk}-{letter.replays}"
+            new_id = self._call(client.send_message, **sent)["MessageId"]
+            settle_replayed(letter.pk, ref=new_id.replace("-", "")[:32], using=using)
+            remove()
+
+        def remove():
+            self._call(client.delete_message, QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            outcome["settled"] = 1
+
+        try:
+            letter = handle(self, seen, round_, using=using, publish=publish, remove=remove)
+        except Unreachable as exc:
+            round_.errors.append(f"{message['MessageId']}: {exc}")
+            return None
+        if not outcome:
+            return None
+        return letter.pk if letter is not None else -1
+
+    def replay(self, letters, *, now, using):
+        refused = self._refuse_unreachable(letters)
+        if refused is not None:
+            return refused
+        options = self._options()
+        client = self._client(options)
+        results = {}
+        ready = []
+        sources_of: dict[str, list[str]] = {}
+        for letter in letters:
+            dlq = kept(letter, "dead_letter_queue")
+            if not isinstance(dlq, str) or not dlq:
+                why = "its dead-letter queue is unknown"
+                results[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(why=why)
+                continue
+            if dlq not in sources_of:
+                try:
+                    sources_of[dlq] = self._call(
+                        client.list_dead_letter_source_queues, QueueUrl=dlq
+                    ).get("queueUrls", [])
+                except Unreachable as exc:
+                    results[letter.pk] = f"{self.label} is unreachable: {exc}"
+                    continue
+            if not sources_of[dlq]:
+                results[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(
+                    why=f"no queue's redrive policy targets {queue_name(dlq)!r}"
+                )
+                continue
+            ready.append(letter)
+        if ready:
+            self._after_commit(ready, using=using)
+        results.update({letter.pk: Replayed() for letter in ready})
+        return results
+
+    def _seen(self, url: str, message: dict) -> Seen:
+        now = timezone.now()
+        attributes = message.get("Attributes") or {}
+        # Our own receive counts too: what the source queue's consumers made of it is one less.
+        received = max(int(attributes.get("ApproximateReceiveCount") or 1) - 1, 1)
+        sent = attributes.get("SentTimestamp")
+        first = datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent and sent.isdigit() else now
+        message_attributes = message.get("MessageAttributes") or {}
+        letter_id, replay = _mark(message_attributes)
+        error = error_entry(
+            f"received {received} times from its source queue without being deleted; "
+            f"moved to {queue_name(url)!r} by its redrive policy",
+            now,
+            attempt=received,
+            kind="sqs.maxReceiveCount",
+        )
+        error["worker_id"] = "sqs"
+        kind = (message_attributes.get("type") or {}).get("StringValue")
+        return Seen(
+            identity=message["MessageId"],
+            task_path=kind or f"sqs:{queue_name(url)}",
+            queue_name=queue_name(url),
+            args=[body_value(message.get("Body", "").encode("utf-8", "surrogatepass"))],
+            kwargs={"dead_letter_queue": url, "attributes": _shown_attributes(message_attributes)},
+            attempts=received,
+            errors=[error],
+            first_failed_at=first,
+            letter_id=letter_id,
+            replay=replay,
+        )
