@@ -247,6 +247,8 @@ REDRIVE = {
     # PgBouncer in transaction pooling mode: "transaction"; the LISTEN then needs a direct DSN.
     "POOLER": _env("JOBQUEUE_POOLER", ""),
     "LISTEN_DSN": _env("JOBQUEUE_LISTEN_DSN", ""),
+    # Health: seconds without a worker record refresh before the worker shows as lost.
+    "WORKER_LOST_AFTER": _env("JOBQUEUE_WORKER_LOST_AFTER", 60.0, float),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
     # Jobs per second per queue across every worker, as JSON: {"emails": 10}.
