@@ -313,3 +313,34 @@ def test_a_running_worker_mirrors_new_dead_letters_on_its_own(topology, workers)
     wait_until(lambda: len(letters()) == 2, message="a later sync")
     assert worker.poll() is None
     assert "event=source_synced" in Path(worker.log_path).read_text()
+
+
+def test_the_console_replays_broker_letters_through_preview_run_and_ledger(topology, settings):
+    """The same path as every replay: preview, a reason, a run with its ledger and audit."""
+    settings.REDRIVE = {**settings.REDRIVE, "CANARY_SIZE": 0}
+    dead(topology, "one", "two")
+    source().sync()
+    first, second = letters()
+    page = logged_in(user_with_role("operator", "omar"))
+    listing = page.get(reverse("deadletters:list"), {"source": "rabbitmq"}).content.decode()
+    assert f"rejected in queue &#x27;{topology.work}&#x27;" in listing
+
+    confirm = page.post(
+        reverse("deadletters:preview"), {"action": "replay", "ids": [first.pk, second.pk]}
+    )["Location"]
+    assert "will-act\">2<" in page.get(confirm).content.decode()
+    done = page.post(confirm, {"reason": "consumer fixed"})
+
+    run = ReplayRun.objects.get()
+    assert done["Location"] == reverse("deadletters:run", args=[run.pk])
+    assert (run.done, run.skipped, run.operator_name, run.reason) == (
+        2, 0, "omar", "consumer fixed",
+    )  # fmt: skip
+    items = run.items.order_by("dead_letter_id")
+    assert [(i.dead_letter_id, i.outcome) for i in items] == [
+        (first.pk, "replayed"),
+        (second.pk, "replayed"),
+    ]
+    assert [i.external_id for i in items] == [first.idempotency_key, second.idempotency_key]
+    assert sorted(body for body, _ in topology.drain(topology.work)) == ["one", "two"]
+    assert topology.count(topology.dead) == 0
