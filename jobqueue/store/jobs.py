@@ -538,18 +538,48 @@ def prune_finished_jobs(
 ) -> int:
     """Delete done and cancelled jobs that finished before now - older_than, a chunk per
     transaction (a dead letter that named one as its replay keeps the letter; the link is
-    cleared). Dead jobs stay with their letters; ready and running ones always stay."""
+    cleared). Dead jobs stay with their letters; ready and running ones always stay.
+
+    Walks the ids forward (keyset): each chunk starts after the last one deleted, so ten
+    million rows are one pass over the primary key, not a rescan of what is gone per chunk."""
     cutoff = (now or timezone.now()) - older_than
     finished = Job.objects.using(using).filter(
         state__in=[JobState.DONE, JobState.CANCELLED], finished_at__lt=cutoff
     )
-    deleted = 0
+    deleted, after = 0, 0
     while True:
         with transaction.atomic(using=using):
-            chunk = list(finished.order_by("id").values_list("id", flat=True)[:PRUNE_CHUNK])
+            chunk = list(
+                finished.filter(pk__gt=after)
+                .order_by("id")
+                .values_list("id", flat=True)[:PRUNE_CHUNK]
+            )
             if not chunk:
                 return deleted
-            # Django's delete, not a bare DELETE: every row that points at a job follows its
-            # own on_delete rule (a dead letter's job and replay job links are cleared).
-            _, by_model = Job.objects.using(using).filter(pk__in=chunk).delete()
-            deleted += by_model.get(Job._meta.label, 0)
+            after = chunk[-1]
+            deleted += delete_jobs(chunk, using=using)
+
+
+def delete_jobs(ids: Sequence[int], *, using: str) -> int:
+    """Delete these jobs as Django's delete would, without loading them: every row that points
+    at one follows its own on_delete rule, found through the model's relations (so a table of
+    another app, the console's edits, is cleared without this app naming it). Loading each job
+    to delete it, as the collector does, made pruning ten million rows take hours."""
+    from django.db import models
+
+    # Every relation pointing here, the hidden ones (related_name="+") included, as the
+    # deletion collector finds them.
+    links = [
+        field
+        for field in Job._meta.get_fields(include_hidden=True)
+        if field.auto_created and not field.concrete and (field.one_to_one or field.one_to_many)
+    ]
+    if any(link.on_delete not in (models.SET_NULL, models.DO_NOTHING) for link in links):
+        _, by_model = Job.objects.using(using).filter(pk__in=ids).delete()
+        return by_model.get(Job._meta.label, 0)
+    for link in links:
+        if link.on_delete is models.SET_NULL:
+            link.related_model._base_manager.using(using).filter(
+                **{f"{link.field.name}__in": ids}
+            ).update(**{link.field.name: None})
+    return Job.objects.using(using).filter(pk__in=ids)._raw_delete(using)

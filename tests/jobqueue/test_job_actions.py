@@ -99,3 +99,38 @@ def test_prune_removes_old_done_and_cancelled_jobs_and_keeps_everything_else():
     assert Job.objects.filter(pk__in=kept).count() == 4
     letter.refresh_from_db()
     assert letter.replay_job_id is None and letter.job_id == kept[-1]
+
+
+def test_prune_walks_many_chunks_and_clears_every_link_to_a_pruned_job(monkeypatch):
+    """Chunk after chunk (keyset), each row of any app that points at a pruned job has its
+    link cleared (its on_delete), as Django's delete would, without loading the jobs."""
+    from deadletters.models import PayloadEdit
+    from jobqueue.models import Schedule
+    from tests.factories import DeadLetterFactory, UserFactory
+
+    monkeypatch.setattr(store.jobs, "PRUNE_CHUNK", 2)
+    old = timezone.now() - timedelta(days=30)
+    gone = [JobFactory(done=True, finished_at=old) for _ in range(5)]
+    recent = JobFactory(done=True)
+    letter = DeadLetterFactory()
+    edit = PayloadEdit.objects.create(
+        dead_letter=letter, operator=UserFactory(), operator_name="ana", reason="fix",
+        job=gone[0], at=old,
+    )  # fmt: skip
+    schedule = Schedule.objects.create(
+        name="nightly", task_path="tests.tasks.noop", cron="0 3 * * *", next_run_at=old,
+        created_at=old, updated_at=old, last_job=gone[3],
+    )  # fmt: skip
+    letter.replay_job = gone[4]
+    letter.save()
+
+    pruned = store.prune_finished_jobs(older_than=timedelta(days=14))
+
+    assert pruned == 5
+    assert not Job.objects.filter(pk__in=[j.pk for j in gone]).exists()
+    assert Job.objects.filter(pk=recent.pk).exists()
+    edit.refresh_from_db()
+    schedule.refresh_from_db()
+    letter.refresh_from_db()
+    assert (edit.job_id, schedule.last_job_id, letter.replay_job_id) == (None, None, None)
+    assert letter.job_id is not None  # its own dead job stays
