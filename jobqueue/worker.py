@@ -177,6 +177,16 @@ class LeaseTable(Mapping):
             self.busy += 1
             return held
 
+    def forget_unstarted(self, job: Job) -> bool:
+        """This claim of `job`, not begun, is no longer ours to run: forget it. False if it is
+        not held as this very claim (already forgotten, or held by a newer claim)."""
+        with self._lock:
+            held = self._held.get(job.id)
+            if held is None or held.job is not job or held.started is not None:
+                return False
+            del self._held[job.id]
+            return True
+
     def returned(self, held: Held) -> None:
         with self._lock:
             if not held.returned:
@@ -351,12 +361,17 @@ class Worker(Loop):
             return
         if policy("POOLER") == "transaction":
             return  # no session of our own to set: lock_timeout belongs on the role there
+        # A worker cut off inside a transaction (a partition mid-sweep) would keep its row
+        # locks until its host came back: the server ends such a session after a lease, so
+        # the rows it locked go to the other hosts.
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, false), "
+                "set_config('idle_in_transaction_session_timeout', %s, false), "
                 "set_config('application_name', %s, false)",
                 [
                     f"{int(policy('LOCK_TIMEOUT') * 1000)}ms",
+                    f"{int(self.lease_seconds * 1000)}ms",
                     f"redrive-worker {self.worker_id}"[:63],
                 ],
             )
@@ -607,6 +622,13 @@ class Worker(Loop):
                 if me in self._abandoned:  # given up on while it waited: not its job any more
                     self.inbox.put(job)
                     return
+                if job.locked_until is not None and job.locked_until <= self.clock():
+                    # Its lease ran out while it waited for a handler (the heartbeat could not
+                    # reach the database: a partition, a stall): another worker may run it now,
+                    # and an effect outside the database would happen twice.
+                    if self.held.forget_unstarted(job):
+                        self._lease_lost(job, "start")
+                    continue
                 # Once stopping, a job not started goes back for _drain to hand its lease back.
                 handback = self.returned.put if self.stopping else None
                 held = self.held.start(job, me, handback=handback)

@@ -1,5 +1,6 @@
 """The worker loop in-process (handler threads use their own connections, so data commits)."""
 
+import logging
 import threading
 from datetime import timedelta
 
@@ -431,3 +432,24 @@ def test_a_settler_that_dies_stops_the_worker_for_a_restart(monkeypatch, caplog)
     assert "event=settler_died" in caplog.text
     # Its lease was handed back or will expire: the job is not lost, only not acknowledged.
     assert Job.objects.get().state in (JobState.READY, JobState.RUNNING)
+
+
+def test_a_prefetched_job_whose_lease_ran_out_before_a_handler_was_free_is_not_started(caplog):
+    """Cut off from the database, the heartbeat cannot extend the leases of jobs waiting in
+    the inbox; when a handler frees up they may be another worker's already. Not started."""
+    result = tasks.add.enqueue(1, 2)
+    clock = Clock()
+    worker = Worker(poll_interval=0.05, clock=clock)
+    [job] = store.claim(
+        worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30, now=clock()
+    )
+    worker.held.hold(job)
+    clock.advance(seconds=31)
+    for item in (job, None):
+        worker.inbox.put(item)
+    with caplog.at_level(logging.WARNING, logger="jobqueue.worker"):
+        worker._handler_loop()
+    assert worker.finished.empty()
+    assert len(worker.held) == 0
+    assert "event=lease_lost" in caplog.text and "during=start" in caplog.text
+    assert Job.objects.get(pk=result.id).attempts == 1  # its claim; never run here
