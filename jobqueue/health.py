@@ -176,20 +176,26 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
             rows[queue, task] = Row(queue=queue, task=task)
         return rows[queue, task]
 
-    for r in (
-        Job.objects.filter(state=JobState.READY)
-        .values("queue_name", "task_path")
-        .annotate(
-            ready=Count("id", filter=Q(run_after__lte=now)),
-            scheduled=Count("id", filter=Q(run_after__gt=now)),
-            retrying=Count("id", filter=Q(attempts__gt=0)),
-            oldest=Min("run_after", filter=Q(run_after__lte=now)),
-        )
-    ):
-        target = row(r["queue_name"], r["task_path"])
-        target.ready, target.scheduled, target.retrying = r["ready"], r["scheduled"], r["retrying"]
-        if r["oldest"]:
-            target.oldest_ready_age = max(0.0, (now - r["oldest"]).total_seconds())
+    # Ready jobs in two halves, each matching one of the claim's partial indexes: "state is
+    # ready" alone matches neither, and was a scan of every finished job in the table.
+    for keyed in (False, True):
+        for r in (
+            Job.objects.filter(state=JobState.READY, concurrency_key__isnull=not keyed)
+            .values("queue_name", "task_path")
+            .annotate(
+                ready=Count("id", filter=Q(run_after__lte=now)),
+                scheduled=Count("id", filter=Q(run_after__gt=now)),
+                retrying=Count("id", filter=Q(attempts__gt=0)),
+                oldest=Min("run_after", filter=Q(run_after__lte=now)),
+            )
+        ):
+            target = row(r["queue_name"], r["task_path"])
+            target.ready += r["ready"]
+            target.scheduled += r["scheduled"]
+            target.retrying += r["retrying"]
+            if r["oldest"]:
+                age = max(0.0, (now - r["oldest"]).total_seconds())
+                target.oldest_ready_age = max(target.oldest_ready_age, age)
     for r in (
         Job.objects.filter(state=JobState.RUNNING)
         .values("queue_name", "task_path")

@@ -324,10 +324,17 @@ def throttled(queues, *, now: datetime, using: str = "default") -> bool:
     an empty claim then means "wait for tokens", not "nothing to do" (a burst worker keeps
     going)."""
     served = [q for q in rate_limits() if not queues or q in queues]
+    if not served:
+        return False
     due = Job.objects.using(using).filter(
         state=JobState.READY, queue_name__in=served, run_after__lte=now
     )
-    return bool(served) and due.exists()
+    # One probe per partial index of ready jobs (keyless, keyed): "ready" alone matches
+    # neither and would scan every finished job.
+    return (
+        due.filter(concurrency_key__isnull=True).exists()
+        or due.filter(concurrency_key__isnull=False).exists()
+    )
 
 
 def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) -> list[Job]:

@@ -226,3 +226,16 @@ def test_health_counts_schedules_late_and_paused_unrun_ticks_and_blocked_orderin
     assert (totals["schedules"], totals["schedules_paused"], totals["schedules_late"]) == (2, 1, 1)
     assert totals["schedule_ticks_unrun_60m"] == 1
     assert totals["blocked_ordering_keys"] == 2
+
+
+@pytest.mark.django_db
+def test_ready_jobs_with_and_without_a_concurrency_key_add_up_in_one_row():
+    """Counted in two halves (one per partial index of ready jobs), shown as one row."""
+    now = timezone.now()
+    JobFactory(task_path="t.sync", run_after=now - timedelta(seconds=30))
+    JobFactory(task_path="t.sync", run_after=now - timedelta(seconds=90), concurrency_key="acct:1")
+    JobFactory(task_path="t.sync", run_after=now + timedelta(hours=1), concurrency_key="acct:2")
+    JobFactory(task_path="t.sync", run_after=now - timedelta(seconds=5), attempts=1)
+    [row] = [r for r in snapshot(now=now).rows if r.task == "t.sync"]
+    assert (row.ready, row.scheduled, row.retrying) == (3, 1, 1)
+    assert 89 <= row.oldest_ready_age <= 91  # the keyed job's, the older of the two halves
