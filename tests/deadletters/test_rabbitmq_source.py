@@ -328,7 +328,7 @@ def test_the_console_replays_broker_letters_through_preview_run_and_ledger(topol
     confirm = page.post(
         reverse("deadletters:preview"), {"action": "replay", "ids": [first.pk, second.pk]}
     )["Location"]
-    assert "will-act\">2<" in page.get(confirm).content.decode()
+    assert 'will-act">2<' in page.get(confirm).content.decode()
     done = page.post(confirm, {"reason": "consumer fixed"})
 
     run = ReplayRun.objects.get()
