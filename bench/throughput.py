@@ -340,6 +340,7 @@ def run_workers(
         sys.executable, "manage.py", "runworker", "--concurrency", str(concurrency), "--burst"
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_cpu_seconds()
     rss, pending = {}, sorted(rss_at)
     t = time.perf_counter()
     procs = [
@@ -378,6 +379,7 @@ def run_workers(
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    machine = machine_cpu_seconds() - machine_before
     with raw() as conn:
         done, first, last = conn.execute(
             "SELECT count(*) FILTER (WHERE state = 'done'), min(started_at), max(finished_at)"
@@ -388,7 +390,19 @@ def run_workers(
         log(f"  ! worker exit codes {codes}")
     steady = rate(done, (last - first).total_seconds()) if done else float("nan")
     return {"done": done, "wall": wall, "rate": rate(done, wall), "steady": steady,
-            "code": code, "cpu": cpu, "rss": rss}  # fmt: skip
+            "code": code, "cpu": cpu, "rss": rss, "machine": machine}  # fmt: skip
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine (every core) since boot, from /proc/stat. During a
+    drain, minus the workers' own, it is PostgreSQL's (and this bench's polling): the figure
+    for sizing its cores."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return float("nan")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def resident_kb(pid: int) -> int | None:
@@ -420,7 +434,8 @@ def bench_drain(n: int, timeout: float, rss_jobs: int) -> dict:
         log(
             f"      done {r['done']:,}/{n:,} in {r['wall']:.2f}s; steady {r['steady']:,.0f} jobs/s "
             f"(ratio {r['steady'] / floor['rate']:.2f}); worker CPU {per_job:.0f} µs/job "
-            "(start-up subtracted)"
+            f"(start-up subtracted); PostgreSQL and the rest of the machine "
+            f"{1e6 * (r['machine'] - r['cpu']) / max(r['done'], 1):.0f} µs/job"
             + ("; PARTIAL: stopped at --drain-timeout" if r["code"] == "partial" else "")
         )
         if (procs, conc, level) == (2, 1, "INFO"):
