@@ -171,15 +171,17 @@ def installed(connection) -> bool:
     return TRIGGER_NAMES[vendor] <= names
 
 
-def pending_by_queue_and_task() -> dict[tuple[str, str], int]:
-    """Pending dead letters per (queue, job type) from the counters: the health dashboard's
-    figure at a million rows without counting them (registered with jobqueue.health)."""
+def pending_by_queue_and_task(using: str = "default") -> dict[tuple[str, str], int]:
+    """Pending dead letters per (queue, job type) from the counters of the database `using`
+    (the triggers keep them beside the letters): the health dashboard's figure at a million
+    rows without counting them (registered with jobqueue.health)."""
     from django.db.models import Sum
 
     from .models import PendingCount
 
     rows = (
-        PendingCount.objects.filter(pending__gt=0)
+        PendingCount.objects.using(using)
+        .filter(pending__gt=0)
         .values_list("queue_name", "task_path")
         .annotate(n=Sum("pending"))
     )

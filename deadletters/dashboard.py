@@ -7,10 +7,10 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from deadletters import conf
+from deadletters import conf, databases
 from deadletters.roles import PAUSE_QUEUE
 from deadletters.views import console_view, render_page
-from jobqueue.health import SUMMED, snapshot
+from jobqueue.health import SUMMED, Health, failure_rate, snapshot
 from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
 
 MINUTES = 60
@@ -22,13 +22,14 @@ CHART_WIDTH = LEFT + SLOT * MINUTES + RIGHT
 CHART_HEIGHT = TOP + PLOT_HEIGHT + BOTTOM
 
 
-def minute_series(now, minutes=MINUTES, exclude_queues=()) -> dict[str, list[int]]:
+def minute_series(now, minutes=MINUTES, exclude_queues=(), using="default") -> dict[str, list[int]]:
     """Completed, failed and dead-lettered attempts per minute, oldest first (all queues but
-    `exclude_queues`)."""
+    `exclude_queues`), of the queue database `using`."""
     start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
     series = {name: [0] * minutes for name in ("succeeded", "failed", "dead")}
     rows = (
-        JobCounter.objects.filter(minute__gte=start)
+        JobCounter.objects.using(using)
+        .filter(minute__gte=start)
         .exclude(queue_name__in=exclude_queues)
         .values("minute")
         .annotate(s=Sum("succeeded"), f=Sum("failed"), d=Sum("dead"))
@@ -98,7 +99,7 @@ def chart(title, noun, tone, values, now, minutes=MINUTES) -> Chart:
     return Chart(title, noun, tone, sum(values), bars, y_ticks, x_ticks)
 
 
-def unknown_outcomes(rows) -> set[str]:
+def unknown_outcomes(rows, using="default") -> set[str]:
     """Job types whose finished attempts this queue does not count: django-q2's (its cluster
     runs them), seen here only through their dead letters. One index probe per such row."""
     candidates = [
@@ -109,22 +110,86 @@ def unknown_outcomes(rows) -> set[str]:
     return {
         task
         for task in candidates
-        if DeadLetter.objects.filter(state=DeadLetterState.PENDING, task_path=task)
+        if DeadLetter.objects.using(using)
+        .filter(state=DeadLetterState.PENDING, task_path=task)
         .values_list("source", flat=True)
         .first()
         not in (None, "jobqueue", "outbox")
     }
 
 
+# Totals that are not sums over the backends: a maximum, a minimum, and rates recomputed.
+NOT_ADDED = {"oldest_ready_age", "since_last_success", "failure_rate_5m", "failure_rate_60m"}
+
+
+def combined(healths: list[Health], now) -> Health:
+    """One health of several queue databases' snapshots: their rows and workers together (each
+    row and worker keeps its `backend`), totals added up, the oldest wait the longest, the
+    failure rates of the added counts, the last success the latest. `paused` stays keyed by
+    queue name (the page lists each backend's from the rows)."""
+    totals: dict = {}
+    for health in healths:
+        for name, value in health.totals.items():
+            if name not in NOT_ADDED:
+                totals[name] = totals.get(name, 0) + value
+    totals["oldest_ready_age"] = max(h.totals["oldest_ready_age"] for h in healths)
+    totals["failure_rate_5m"] = failure_rate(totals["succeeded_5m"], totals["failed_5m"])
+    totals["failure_rate_60m"] = failure_rate(totals["succeeded_60m"], totals["failed_60m"])
+    # The same REDRIVE["RATE_LIMITS"] applies in every database: not added.
+    totals["rate_limited_queues"] = healths[0].totals["rate_limited_queues"]
+    successes = [h.last_success_at for h in healths if h.last_success_at]
+    last_success = max(successes, default=None)
+    totals["since_last_success"] = (
+        (now - last_success).total_seconds() if last_success else float("inf")
+    )
+    paused = {}
+    for health in healths:
+        paused.update(health.paused)
+    return Health(
+        at=now,
+        rows=[row for h in healths for row in h.rows],
+        workers=[worker for h in healths for worker in h.workers],
+        totals=totals,
+        last_success_at=last_success,
+        paused=paused,
+    )
+
+
+def _snapshots(now) -> tuple[Health, list[tuple]]:
+    """The health of every queue database, each row, worker and pause marked with its backend,
+    and the whole; one database's snapshot as it is."""
+    parts = []
+    for backend in databases.backends():
+        health = snapshot(now=now, using=backend.database)
+        internal = conf.get("REPLAY_QUEUE")
+        live = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
+        uncounted = unknown_outcomes(live, using=backend.database)
+        for row in health.rows:
+            row.backend = backend
+            row.uncounted = row.task in uncounted and row.queue != internal
+        for worker in health.workers:
+            worker["backend"] = backend.name
+        parts.append((backend, health))
+    if len(parts) == 1:
+        return parts[0][1], parts
+    return combined([health for _, health in parts], now), parts
+
+
 @require_GET
 @console_view
 def dashboard(request):
     now = timezone.now()
-    health = snapshot(now=now)
+    health, parts = _snapshots(now)
+    several = len(parts) > 1
     internal = conf.get("REPLAY_QUEUE")
     # A queue/task with nothing live, nothing dead and nothing finished this hour says nothing.
     rows = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
-    series = minute_series(now, exclude_queues=[internal])
+    series = {name: [0] * MINUTES for name in ("succeeded", "failed", "dead")}
+    for backend, _ in parts:
+        for name, values in minute_series(
+            now, exclude_queues=[internal], using=backend.database
+        ).items():
+            series[name] = [a + b for a, b in zip(series[name], values, strict=True)]
     context = {
         "health": health,
         "totals": health.totals,
@@ -132,7 +197,14 @@ def dashboard(request):
         # The replay runner's own jobs, apart: they are the console's work, not the project's.
         "internal_rows": [r for r in rows if r.queue == internal],
         "internal_queue": internal,
-        "uncounted": unknown_outcomes(rows),
+        # Several queue databases: a Backend column, each backend's pauses, a backend to pause in.
+        "several": several,
+        "backends": [backend for backend, _ in parts],
+        "paused": [
+            (backend, queue, pause)
+            for backend, part in parts
+            for queue, pause in part.paused.items()
+        ],
         "charts": [
             chart("Completed", "completed", "ok", series["succeeded"], now),
             chart("Failed attempts", "failed", "warn", series["failed"], now),
@@ -149,6 +221,8 @@ def dashboard(request):
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
         "can_pause": request.user.has_perm(PAUSE_QUEUE),
         # Queues an operator may pause: those with live work (internal one included) or paused.
-        "queue_names": sorted({r.queue for r in health.rows} | set(health.paused)),
+        "queue_names": sorted(
+            {r.queue for r in health.rows} | {queue for _, part in parts for queue in part.paused}
+        ),
     }
     return render_page(request, "deadletters/dashboard.html", "health", context)

@@ -29,11 +29,12 @@ from jobqueue.models import (
 from jobqueue.store import queues
 
 
-def count_pending_dead_letters() -> dict[tuple[str, str], int]:
+def count_pending_dead_letters(using: str = "default") -> dict[tuple[str, str], int]:
     """Pending dead letters per (queue, task) by counting rows: right, but it reads every
     pending row."""
     rows = (
-        DeadLetter.objects.filter(state=DeadLetterState.PENDING)
+        DeadLetter.objects.using(using)
+        .filter(state=DeadLetterState.PENDING)
         .values_list("queue_name", "task_path")
         .annotate(n=Count("id"))
     )
@@ -43,12 +44,13 @@ def count_pending_dead_letters() -> dict[tuple[str, str], int]:
 @dataclass(frozen=True)
 class DeadLetterCounter:
     """Exact pending counts kept by another app, the hook through which jobqueue (which imports
-    no other app) reads them: `count` gives pending dead letters per (queue, task); `ensure`,
+    no other app) reads them: `count(using)` gives pending dead letters per (queue, task) of
+    the database `using`; `ensure`,
     given a connection, restores whatever keeps them exact (triggers on jobqueue_deadletter, say)
     and runs after every `migrate`, since a jobqueue migration may rebuild that table on SQLite
     and so drop its triggers. The console registers its trigger-kept counters here."""
 
-    count: Callable[[], dict[tuple[str, str], int]]
+    count: Callable[[str], dict[tuple[str, str], int]]
     ensure: Callable[[object], object] | None = None
 
 
@@ -61,8 +63,10 @@ def register_dead_letter_counter(counter: DeadLetterCounter | None) -> None:
     _counter = counter
 
 
-def count_dead_letters() -> dict[tuple[str, str], int]:
-    return _counter.count() if _counter is not None else count_pending_dead_letters()
+def count_dead_letters(using: str = "default") -> dict[tuple[str, str], int]:
+    if _counter is not None:
+        return _counter.count(using)
+    return count_pending_dead_letters(using)
 
 
 def ensure_dead_letter_counter(connection) -> None:
@@ -130,19 +134,19 @@ def failure_rate(succeeded: int, failed: int) -> float:
     return failed / attempts if attempts else 0.0
 
 
-def scheduling(now: datetime) -> dict[str, int]:
+def scheduling(now: datetime, using: str = "default") -> dict[str, int]:
     """Figures of periodic jobs and ordering keys an operator watches: schedules active and
     paused, active ones late by over a minute (no worker is ticking them), ticks in the last
     hour that did not become a job (skipped, missed, failed), ordering keys held back by a
     dead job's unresolved letter, and concurrency keys with jobs running now."""
-    schedules = Schedule.objects.filter(declared=True)
-    unrun = ScheduleRun.objects.filter(at__gte=now - timedelta(hours=1)).exclude(
+    schedules = Schedule.objects.using(using).filter(declared=True)
+    unrun = ScheduleRun.objects.using(using).filter(at__gte=now - timedelta(hours=1)).exclude(
         outcome__in=[ScheduleRun.Outcome.ENQUEUED, ScheduleRun.Outcome.MANUAL]
     )
-    unresolved = DeadLetter.objects.filter(
+    unresolved = DeadLetter.objects.using(using).filter(
         job_id=OuterRef("pk"), state__in=[DeadLetterState.PENDING, DeadLetterState.REPLAYING]
     )
-    blocked = Job.objects.filter(
+    blocked = Job.objects.using(using).filter(
         ordering_key__isnull=False, state=JobState.DEAD, ordering_on_dead="block"
     ).filter(Exists(unresolved))
     counts = schedules.aggregate(
@@ -156,7 +160,8 @@ def scheduling(now: datetime) -> dict[str, int]:
         **counts,
         "schedule_ticks_unrun_60m": unrun.count(),
         "blocked_ordering_keys": blocked.values("ordering_key").distinct().count(),
-        "concurrency_keys_running": Job.objects.filter(
+        "concurrency_keys_running": Job.objects.using(using)
+        .filter(
             state=JobState.RUNNING, concurrency_key__isnull=False
         )
         .values("concurrency_key")
@@ -165,7 +170,11 @@ def scheduling(now: datetime) -> dict[str, int]:
     }
 
 
-def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None) -> Health:
+def snapshot(
+    *, now: datetime | None = None, lost_after: timedelta | None = None, using: str = "default"
+) -> Health:
+    """The health of the queue in the database `using` (a TASKS backend's OPTIONS["DATABASE"]):
+    its jobs, dead letters, counters, workers and paused queues."""
     now = now or timezone.now()
     if lost_after is None:
         lost_after = timedelta(seconds=policy("WORKER_LOST_AFTER"))
@@ -180,7 +189,8 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
     # ready" alone matches neither, and was a scan of every finished job in the table.
     for keyed in (False, True):
         for r in (
-            Job.objects.filter(state=JobState.READY, concurrency_key__isnull=not keyed)
+            Job.objects.using(using)
+            .filter(state=JobState.READY, concurrency_key__isnull=not keyed)
             .values("queue_name", "task_path")
             .annotate(
                 ready=Count("id", filter=Q(run_after__lte=now)),
@@ -197,7 +207,8 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
                 age = max(0.0, (now - r["oldest"]).total_seconds())
                 target.oldest_ready_age = max(target.oldest_ready_age, age)
     for r in (
-        Job.objects.filter(state=JobState.RUNNING)
+        Job.objects.using(using)
+        .filter(state=JobState.RUNNING)
         .values("queue_name", "task_path")
         .annotate(
             running=Count("id", filter=Q(locked_until__gt=now)),
@@ -208,11 +219,11 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
         target = row(r["queue_name"], r["task_path"])
         target.running, target.expired = r["running"], r["expired"]
         target.retrying += r["retrying"]
-    for (queue, task), n in count_dead_letters().items():
+    for (queue, task), n in count_dead_letters(using).items():
         row(queue, task).dead_letters = n
 
     windows = {"5m": now - timedelta(minutes=5), "60m": now - timedelta(minutes=60)}
-    counters = JobCounter.objects.filter(minute__gte=windows["60m"].replace(second=0))
+    counters = JobCounter.objects.using(using).filter(minute__gte=windows["60m"].replace(second=0))
     for r in counters.values("queue_name", "task_path").annotate(
         s5=Sum("succeeded", filter=Q(minute__gte=windows["5m"].replace(second=0))),
         f5=Sum("failed", filter=Q(minute__gte=windows["5m"].replace(second=0))),
@@ -224,14 +235,15 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
         target.succeeded_60m, target.failed_60m = r["s60"] or 0, r["f60"] or 0
     # The newest minute with a success: a backward walk of the minute index, not a scan.
     last_success = (
-        JobCounter.objects.filter(succeeded__gt=0)
+        JobCounter.objects.using(using)
+        .filter(succeeded__gt=0)
         .order_by("-minute", "-last_success_at")
         .values_list("last_success_at", flat=True)
         .first()
     )
 
     workers = []
-    for w in WorkerRecord.objects.order_by("started_at"):
+    for w in WorkerRecord.objects.using(using).order_by("started_at"):
         workers.append(
             {
                 "worker_id": w.worker_id,
@@ -249,7 +261,7 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
 
     paused = {
         name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
-        for name, p in queues.paused().items()
+        for name, p in queues.paused(using).items()
     }
     limits = policy("RATE_LIMITS") or {}
     for r in rows.values():
@@ -271,7 +283,7 @@ def snapshot(*, now: datetime | None = None, lost_after: timedelta | None = None
     totals["since_last_success"] = (
         (now - last_success).total_seconds() if last_success else float("inf")
     )
-    totals.update(scheduling(now))
+    totals.update(scheduling(now, using))
     return Health(
         at=now,
         rows=ordered,

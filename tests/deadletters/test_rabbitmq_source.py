@@ -344,3 +344,32 @@ def test_the_console_replays_broker_letters_through_preview_run_and_ledger(topol
     assert [i.external_id for i in items] == [first.idempotency_key, second.idempotency_key]
     assert sorted(body for body, _ in topology.drain(topology.work)) == ["one", "two"]
     assert topology.count(topology.dead) == 0
+
+
+def test_forged_or_absurd_stamps_never_take_over_a_letter_or_stop_the_sync(topology):
+    """A publisher's own headers claiming a letter, counts no column holds, NUL in JSON keys,
+    nesting past any walk: each message still becomes its own letter, and the sync goes on."""
+    dead(topology, "victim")
+    source().sync()
+    (victim,) = letters()
+    dead_letters.replay([victim.pk])  # 'replayed', replays 1
+    topology.drain(topology.work)
+    forged_death = [{"count": 2**40, "reason": "rejected", "queue": topology.work,
+                     "exchange": "", "routing-keys": [topology.work]}]  # fmt: skip
+    topology.publish(
+        "forged", headers={LETTER_HEADER: victim.pk, REPLAY_HEADER: 1, "x-death": forged_death}
+    )
+    topology.publish("bad ids", headers={LETTER_HEADER: -3, REPLAY_HEADER: -5})
+    topology.publish(json.dumps({"a\u0000b": "c\u0000d"}))
+    topology.publish("[" * 5000 + "]" * 5000)
+    topology.reject_all()
+    wait_until(lambda: topology.count(topology.dead) == 4, message="the dead letters")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.returned, round_.errors) == (4, 0, [])
+    victim.refresh_from_db()
+    assert (victim.state, victim.replays) == (DeadLetterState.REPLAYED, 1)
+    forged = DeadLetter.objects.get(source="rabbitmq", args=["forged"])
+    assert forged.attempts == 2**31 - 1 and forged.state == DeadLetterState.PENDING
+    assert DeadLetter.objects.filter(source="rabbitmq").count() == 5

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from jobqueue import conf
 from jobqueue.loop import FaultPoints
-from jobqueue.models import DeadLetter, DeadLetterState
+from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
 
 from ..dead_letters import pending_fields, return_to_pending
 from ..payloads import MAX_MESSAGE_CHARS, storable_text
@@ -64,6 +64,25 @@ class Action(Enum):
     KEEP = "keep"  # leave the message where it is
     PUBLISH = "publish"  # its letter's replay committed: publish it, then remove the copy
     REMOVE = "remove"  # its letter is settled (discarded, or the replay was published)
+
+
+# What a broker's header or attribute may claim, bounded by what the table's columns hold (a
+# count no integer column takes would fail the message's row on every sync).
+MAX_COUNT = 2**31 - 1
+
+
+def count(value, *, at_least: int = 0) -> int:
+    """A whole number from the broker, within the columns' range; 0 when it is no number."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return at_least
+    return min(max(value, at_least), MAX_COUNT)
+
+
+def row_id(value) -> int | None:
+    """A letter id a message claims to come from: a positive integer an id column holds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
+        return None
+    return value
 
 
 @dataclass
@@ -123,25 +142,32 @@ def decide(letter: DeadLetter | None, seen: Seen, *, published_leftover: Action)
     return published_leftover
 
 
-def letter_of(source: str, seen: Seen, *, using: str, lock: bool = False) -> DeadLetter | None:
+def letter_of(
+    source: str, seen: Seen, *, using: str, lock: bool = False, identity_kept: bool = False
+) -> DeadLetter | None:
+    """The letter a message belongs to: the one its replay stamp names (where the broker keeps
+    identities, only if the identities agree: a stamp can be forged), else its identity's."""
     rows = DeadLetter.objects.using(using)
     if lock:
         rows = rows.select_for_update()
     if seen.letter_id is not None:
         letter = rows.filter(pk=seen.letter_id, source=source).first()
-        if letter is not None:
+        if letter is not None and (not identity_kept or letter.idempotency_key == seen.identity):
             return letter
     return rows.filter(source=source, idempotency_key=seen.identity).first()
 
 
-def mirror(source: str, seen: Seen, *, now: datetime, using: str) -> tuple[DeadLetter | None, bool]:
+def mirror(
+    source: str, seen: Seen, *, now: datetime, using: str, identity_kept: bool = False
+) -> tuple[DeadLetter | None, bool]:
     """Record a message in the table: a new letter, or its replay's death on its letter.
     Returns (its letter, whether this call wrote it). Idempotent: seeing it again writes
-    nothing."""
+    nothing. `identity_kept`: a replayed message keeps its identity at this broker, so a
+    message claiming a letter with another identity is not that letter's (a forged stamp)."""
     error = seen.errors[-1] if seen.errors else _error("dead-lettered", now)
     fields = pending_fields(error, attempts=seen.attempts, now=now)
     with transaction.atomic(using=using):
-        letter = letter_of(source, seen, using=using, lock=True)
+        letter = letter_of(source, seen, using=using, lock=True, identity_kept=identity_kept)
         if letter is not None:
             died_again = (
                 seen.letter_id == letter.pk
@@ -208,7 +234,7 @@ def body_value(body: bytes, content_type: str | None = None):
     if len(text) <= BODY_CHARS:
         try:
             return plain(json.loads(text))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what we walk
             pass
     return storable_text(text, BODY_CHARS)
 
@@ -226,7 +252,7 @@ def plain(value):
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {storable_text(str(k), MAX_MESSAGE_CHARS): plain(v) for k, v in value.items()}
     return storable_text(str(value), MAX_MESSAGE_CHARS)
 
 
@@ -241,6 +267,7 @@ class BrokerSource(BaseSource):
     (`sync`) mirrors new messages and finishes whatever an interruption left."""
 
     published_leftover = Action.REMOVE
+    identity_kept = False  # a replayed message keeps its identity (RabbitMQ's x-redrive-id)
     settings_key = ""
     requires_app = False  # `requires` names a library, not a Django app
     # The settings' keys besides "queues", and what each must be.
@@ -345,7 +372,16 @@ def handle(
     its letter, None if a concurrent sync recorded it first."""
     now = now or timezone.now()
     round_.seen += 1
-    letter, wrote = mirror(source.name, seen, now=now, using=using)
+    try:
+        letter, wrote = mirror(
+            source.name, seen, now=now, using=using, identity_kept=source.identity_kept
+        )
+    except (DatabaseError, ValueError, TypeError) as exc:
+        # One message the table refuses must not stop every later sync at the same place: it
+        # stays in the broker, named in the round's errors (logged by the worker, printed by
+        # the command).
+        round_.errors.append(f"{seen.identity}: not recorded: {exc}"[:500])
+        return None
     if wrote:
         if letter is not None and letter.replays:
             round_.returned += 1

@@ -37,18 +37,21 @@ from django.utils import timezone
 
 from . import Made, Replayed
 from .brokers import (
+    MAX_COUNT,
     Action,
     BrokerSource,
     Round,
     Seen,
     Unreachable,
     body_value,
+    count,
     error_entry,
     fault_point,
     handle,
     kept,
     mirror,
     plain,
+    row_id,
     settings_of,
     settle_replayed,
 )
@@ -102,13 +105,13 @@ def deaths_as_errors(headers: dict, now: datetime) -> tuple[list[dict], int, dat
     deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
     errors, total, first = [], 0, now
     for death in reversed(deaths):
-        count = death.get("count") if isinstance(death.get("count"), int) else 1
-        total += count
+        n = count(death.get("count"), at_least=1)
+        total = min(total + n, MAX_COUNT)
         at = _when(death.get("time")) or now
         first = min(first, at)
         reason = plain(death.get("reason") or "dead-lettered")
         queue = plain(death.get("queue") or "?")
-        times = "once" if count == 1 else f"{count} times"
+        times = "once" if n == 1 else f"{n} times"
         entry = error_entry(
             f"{reason} in queue '{queue}' ({times})", at, attempt=total, kind=f"rabbitmq.{reason}"
         )
@@ -125,6 +128,7 @@ class RabbitMQLetters(BrokerSource):
     # Publishing and acknowledging the copy commit together: a copy still there was never
     # published, whatever the letter says.
     published_leftover = Action.PUBLISH
+    identity_kept = True
     options = {"url": str, "scan_limit": int, "timeout": (int, float)}
 
     def made(self, ref):
@@ -280,7 +284,9 @@ class RabbitMQLetters(BrokerSource):
             if tag is None:
                 # A freshly stamped copy is acted on by the next round, when it is read again.
                 round_.seen += 1
-                _letter, wrote = mirror(self.name, seen, now=timezone.now(), using=using)
+                _letter, wrote = mirror(
+                    self.name, seen, now=timezone.now(), using=using, identity_kept=True
+                )
                 round_.mirrored += int(wrote)
                 continue
             letter = handle(self, seen, round_, using=using, publish=publish, remove=remove)
@@ -318,8 +324,8 @@ class RabbitMQLetters(BrokerSource):
             attempts=max(attempts, 1),
             errors=errors,
             first_failed_at=first,
-            letter_id=letter_id if isinstance(letter_id, int) else None,
-            replay=replay if isinstance(replay, int) else 0,
+            letter_id=row_id(letter_id),
+            replay=count(replay),
         )
 
 

@@ -44,9 +44,11 @@ from .brokers import (
     Seen,
     Unreachable,
     body_value,
+    count,
     error_entry,
     handle,
     kept,
+    row_id,
     settings_of,
     settle_replayed,
 )
@@ -65,8 +67,8 @@ def queue_name(url: str) -> str:
 def _mark(attributes: dict) -> tuple[int | None, int]:
     value = (attributes.get(MARK) or {}).get("StringValue") or ""
     letter, _, replay = value.partition(":")
-    if letter.isdigit() and replay.isdigit():
-        return int(letter), int(replay)
+    if letter.isascii() and letter.isdigit() and replay.isascii() and replay.isdigit():
+        return row_id(int(letter[:20])), count(int(replay[:20]))
     return None, 0
 
 
@@ -289,9 +291,16 @@ class SQSLetters(BrokerSource):
         now = timezone.now()
         attributes = message.get("Attributes") or {}
         # Our own receive counts too: what the source queue's consumers made of it is one less.
-        received = max(int(attributes.get("ApproximateReceiveCount") or 1) - 1, 1)
+        raw_count = str(attributes.get("ApproximateReceiveCount") or "")
+        received = count(
+            int(raw_count[:20]) - 1 if raw_count.isascii() and raw_count.isdigit() else 1,
+            at_least=1,
+        )
         sent = attributes.get("SentTimestamp")
-        first = datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent and sent.isdigit() else now
+        try:
+            first = datetime.fromtimestamp(int(sent[:20]) / 1000, tz=UTC) if sent else now
+        except (ValueError, OverflowError, OSError):
+            first = now
         message_attributes = message.get("MessageAttributes") or {}
         letter_id, replay = _mark(message_attributes)
         error = error_entry(
