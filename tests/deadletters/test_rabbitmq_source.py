@@ -7,7 +7,6 @@ Without a broker these tests skip, saying how to run them; with REDRIVE_REQUIRE_
 """
 
 import json
-import os
 import signal
 import uuid
 from collections import Counter
@@ -24,31 +23,17 @@ from jobqueue.store import dead_letters, sources
 from jobqueue.store.sources.brokers import Unreachable
 from jobqueue.store.sources.rabbitmq_letters import ID_HEADER, LETTER_HEADER, REPLAY_HEADER
 from tests import cli
+from tests.amqp import AMQP_URL, connect_or_skip
 from tests.conftest import Processes, wait_until
 from tests.deadletters.conftest import logged_in, user_with_role
 
 # Real commits: the broker's side of a replay runs after the console's transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-AMQP_URL = os.environ.get("REDRIVE_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
-
 
 @pytest.fixture
 def channel():
-    import pika
-
-    params = pika.URLParameters(AMQP_URL)
-    params.connection_attempts, params.socket_timeout = 1, 3
-    try:
-        connection = pika.BlockingConnection(params)
-    except (pika.exceptions.AMQPError, OSError) as exc:
-        reason = (
-            f"RabbitMQ unreachable at {AMQP_URL} ({type(exc).__name__}): start one on "
-            "127.0.0.1:5672 with guest/guest or set REDRIVE_RABBITMQ_URL"
-        )
-        if os.environ.get("REDRIVE_REQUIRE_RABBITMQ") == "1":
-            pytest.fail(f"REDRIVE_REQUIRE_RABBITMQ=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+    connection = connect_or_skip("the rabbitmq dead-letter source tests")
     yield connection.channel()
     connection.close()
 

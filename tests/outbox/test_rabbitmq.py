@@ -20,32 +20,17 @@ from jobqueue import outbox
 from jobqueue.models import OutboxMessage, OutboxState
 from jobqueue.publishers import RabbitMQPublisher
 from jobqueue.relay import Relay
+from tests.amqp import AMQP_URL, connect_or_skip
 from tests.conftest import wait_until
 from tests.outbox.conftest import log_of, outbox_config, relay_pool
 
 pytestmark = pytest.mark.django_db
 
-AMQP_URL = os.environ.get("REDRIVE_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
-
 
 @pytest.fixture
 def broker():
     """A pika channel to the test broker, or a skip (a failure under REDRIVE_REQUIRE_RABBITMQ)."""
-    import pika
-
-    params = pika.URLParameters(AMQP_URL)
-    params.connection_attempts, params.socket_timeout = 1, 3
-    try:
-        connection = pika.BlockingConnection(params)
-    except (pika.exceptions.AMQPError, OSError) as exc:
-        reason = (
-            f"RabbitMQ unreachable at {AMQP_URL} ({type(exc).__name__}): start one on "
-            "127.0.0.1:5672 with guest/guest (e.g. `apt-get install rabbitmq-server`) or set "
-            "REDRIVE_RABBITMQ_URL to run the rabbitmq destination tests"
-        )
-        if os.environ.get("REDRIVE_REQUIRE_RABBITMQ") == "1":
-            pytest.fail(f"REDRIVE_REQUIRE_RABBITMQ=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+    connection = connect_or_skip("the rabbitmq destination tests")
     channel = connection.channel()
     yield channel
     connection.close()
