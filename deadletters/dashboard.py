@@ -161,12 +161,11 @@ def _snapshots(now) -> tuple[Health, list[tuple]]:
     parts = []
     for backend in databases.backends():
         health = snapshot(now=now, using=backend.database)
-        internal = conf.get("REPLAY_QUEUE")
         live = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
         uncounted = unknown_outcomes(live, using=backend.database)
         for row in health.rows:
             row.backend = backend
-            row.uncounted = row.task in uncounted and row.queue != internal
+            row.uncounted = row.task in uncounted
         for worker in health.workers:
             worker["backend"] = backend.name
         parts.append((backend, health))

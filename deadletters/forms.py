@@ -9,7 +9,7 @@ from django.utils.http import urlencode
 from jobqueue.models import MAX_ID, DeadLetterState
 from jobqueue.store import sources
 
-from . import conf
+from . import conf, databases
 from .jobs import STATES as JOB_STATES
 from .jobs import JobFilter
 from .models import Action
@@ -108,6 +108,9 @@ class FilterForm(forms.Form):
     anything else in a URL (`ids`, `select_all`, a cursor, an unknown name) stays out of both.
     """
 
+    # Which queue database (deadletters.databases): none chosen, the default backend's. Shown
+    # only with more than one.
+    backend = forms.ChoiceField(required=False, choices=lambda: databases.choices())
     job_type = forms.CharField(
         required=False,
         max_length=255,
@@ -145,6 +148,7 @@ class FilterForm(forms.Form):
     order = forms.ChoiceField(required=False, choices=ORDER_CHOICES)
 
     FILTER_FIELDS = (
+        "backend",
         "job_type",
         "queue",
         "error_class",
@@ -157,6 +161,11 @@ class FilterForm(forms.Form):
     )
     ECHOED = (*FILTER_FIELDS, "order")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # One queue database: no Backend filter to show (its one choice is the default).
+        self.hidden_filters = () if databases.multiple() else ("backend",)
+
     def to_filter(self, *, payload_search: bool = False) -> ListFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored.
         `payload_search`: the search looks in payload values too, for a user who may see them
@@ -165,6 +174,7 @@ class FilterForm(forms.Form):
         data = self.cleaned_data
         return ListFilter(
             payload_search=payload_search,
+            backend=data.get("backend", ""),
             job_type=data.get("job_type", ""),
             queue=data.get("queue", ""),
             error_class=data.get("error_class", ""),
@@ -304,8 +314,10 @@ class ConfirmForm(forms.Form):
 
 
 class QueueControlForm(forms.Form):
-    """Pause or resume a queue from the health page: which, and why (kept in the audit)."""
+    """Pause or resume a queue from the health page: which (of which backend: none said, the
+    default one), and why (kept in the audit)."""
 
+    backend = forms.ChoiceField(required=False, choices=lambda: databases.choices())
     action = forms.ChoiceField(choices=[("pause", "Pause"), ("resume", "Resume")])
     queue = forms.CharField(max_length=100, strip=False)
     reason = forms.CharField(max_length=2000)

@@ -25,6 +25,9 @@ class Selection(models.Model):
     action = models.CharField(max_length=10, choices=Action.choices)
     filter = models.JSONField(default=dict, blank=True)
     dead_letter_ids = models.JSONField(default=list)
+    # The queue database the letters are in (a TASKS backend's OPTIONS["DATABASE"]): ids repeat
+    # across databases, and a run replays them in theirs (deadletters.databases).
+    database = models.CharField(max_length=100, default="default")
     created_at = models.DateTimeField()
 
     def __str__(self):
@@ -230,6 +233,8 @@ class ReplayItem(models.Model):
         try:
             job = self.job
         except Job.DoesNotExist:
+            return "job pruned"
+        if job is None:  # preloaded from its queue database (selectors._preload_jobs): gone
             return "job pruned"
         return JOB_OUTCOMES.get(job.state, job.state)
 

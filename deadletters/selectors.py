@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connections
 from django.db.models import BigIntegerField, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -17,7 +17,7 @@ from jobqueue import store
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
-from . import conf, redaction, search
+from . import conf, databases, redaction, search
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -42,6 +42,13 @@ class ListFilter:
     fingerprint: str = ""
     order: str = "newest"
     payload_search: bool = False  # q looks in payload values too (FilterForm.to_filter)
+    # The TASKS backend whose database is read (deadletters.databases); "" the default one.
+    backend: str = ""
+
+    @property
+    def database(self) -> str:
+        """The queue database this filter reads; UnknownBackend for a name that is none."""
+        return database_of(self.backend)
 
     def as_json(self) -> dict:
         """The filter as recorded in the audit log."""
@@ -52,8 +59,25 @@ class ListFilter:
         }
 
 
+class UnknownBackend(LookupError):
+    """A backend name that is no Redrive TASKS backend (a URL's typo, or one removed)."""
+
+    def __init__(self, name):
+        super().__init__(f"No Redrive TASKS backend {str(name)[:100]!r}")
+        self.name = name
+
+
+def database_of(backend: str) -> str:
+    """The database of the TASKS backend called `backend` ("" the default one)."""
+    found = databases.named(backend)
+    if found is None:
+        raise UnknownBackend(backend)
+    return found.database
+
+
 def filtered(f: ListFilter):
-    qs = DeadLetter.objects.all()
+    using = f.database
+    qs = DeadLetter.objects.using(using)
     if f.job_type:
         qs = qs.filter(task_path=f.job_type)
     if f.queue:
@@ -63,7 +87,7 @@ def filtered(f: ListFilter):
     if f.source:
         qs = qs.filter(source=f.source)
     if f.q:
-        qs = search.matching(qs, f.q, payload=f.payload_search)
+        qs = search.matching(qs, f.q, payload=f.payload_search, using=using)
     if f.since:
         qs = qs.filter(dead_lettered_at__gte=f.since)
     if f.until:
@@ -181,9 +205,9 @@ class SelectionTooLarge(ValueError):
         super().__init__(f"More than {cap:,} items match; narrow the filter.")
 
 
-def filter_choices():
+def filter_choices(using: str = "default"):
     """Suggestions for the filter inputs: the job types and error classes with pending items."""
-    rows = PendingCount.objects.filter(pending__gt=0)
+    rows = PendingCount.objects.using(using).filter(pending__gt=0)
     return {
         "job_types": sorted(set(rows.values_list("task_path", flat=True))),
         "error_classes": sorted(set(rows.values_list("error_class", flat=True))),
@@ -265,13 +289,13 @@ ORDER BY t.pending DESC, t.fingerprint
 """
 
 
-def causes(task_path: str, *, now=None, limit: int = 20) -> list[Cause]:
+def causes(task_path: str, *, now=None, limit: int = 20, using: str = "default") -> list[Cause]:
     """A job type's pending dead letters grouped by cause, most first: the counts from the
     trigger-kept counters (no count of the big table), each cause's first and last letter by
     two index probes in the same statement, and one read of the hourly counters for the
     trends."""
     now = now or timezone.now()
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(CAUSES_SQL, {"task": task_path, "limit": limit})
         rows = cursor.fetchall()
     found = {
@@ -286,9 +310,11 @@ def causes(task_path: str, *, now=None, limit: int = 20) -> list[Cause]:
         for fp, error_class, pending, first, last, sample in rows
     }
     start = _day_start(now)
-    for fp, hour, n in HourlyCount.objects.filter(
-        task_path=task_path, fingerprint__in=list(found), hour__gte=start
-    ).values_list("fingerprint", "hour", "dead_lettered"):
+    for fp, hour, n in (
+        HourlyCount.objects.using(using)
+        .filter(task_path=task_path, fingerprint__in=list(found), hour__gte=start)
+        .values_list("fingerprint", "hour", "dead_lettered")
+    ):
         slot = int((hour - start) // timedelta(hours=1))
         if 0 <= slot < 24:
             found[fp].hourly[slot] += n
@@ -324,14 +350,14 @@ def _datetime(value):
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def overview(*, now=None, top=3) -> list[TypeSummary]:
+def overview(*, now=None, top=3, using: str = "default") -> list[TypeSummary]:
     """One summary per job type with pending dead letters, without counting the big table.
 
     Two small reads of the trigger-kept counters (deadletters.counters) and one statement
     whose per-type subqueries each probe the pending partial index once for oldest and newest.
     """
     now = now or timezone.now()
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(OVERVIEW_SQL)
         rows = cursor.fetchall()
     summaries = {
@@ -348,7 +374,8 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
     }
     errors = defaultdict(list)
     for path, error_class, n in (
-        PendingCount.objects.filter(task_path__in=list(summaries), pending__gt=0)
+        PendingCount.objects.using(using)
+        .filter(task_path__in=list(summaries), pending__gt=0)
         .values_list("task_path", "error_class")
         .annotate(n=Sum("pending"))
         .order_by()
@@ -359,7 +386,8 @@ def overview(*, now=None, top=3) -> list[TypeSummary]:
     start = _day_start(now)
     # Summed per type and hour by the database: the counters are per fingerprint too.
     for path, hour, n in (
-        HourlyCount.objects.filter(task_path__in=list(summaries), hour__gte=start)
+        HourlyCount.objects.using(using)
+        .filter(task_path__in=list(summaries), hour__gte=start)
         .values_list("task_path", "hour")
         .annotate(n=Sum("dead_lettered"))
         .order_by()
@@ -392,22 +420,31 @@ class Detail:
         return attempt_groups(self.letter, self.replay_jobs)
 
 
-def detail(pk: int, *, redacted: bool = True) -> Detail:
+def pending_total(using: str) -> int:
+    """Pending dead letters in the queue database `using`, from its counters."""
+    return PendingCount.objects.using(using).aggregate(n=Sum("pending"))["n"] or 0
+
+
+def detail(pk: int, *, redacted: bool = True, using: str = "default") -> Detail:
     """Unredacted only for a caller that has checked and recorded the reveal
-    (redaction.record_reveal)."""
-    letter = DeadLetter.objects.get(pk=pk)
+    (redaction.record_reveal). `using`: the queue database the letter is in; its history is
+    the ledger rows of runs on that database (ids repeat across databases)."""
+    letter = DeadLetter.objects.using(using).get(pk=pk)
     payload = {"args": letter.args, "kwargs": letter.kwargs}
     if redacted:
         payload = redaction.redact(payload)
     history = list(
-        ReplayItem.objects.filter(dead_letter_id=letter.pk)
-        .select_related("run", "job")
+        ReplayItem.objects.filter(dead_letter_id=letter.pk, run__selection__database=using)
+        .select_related("run")
         .order_by("-id")
     )
-    _preload_letter_states(history)
+    _preload_jobs(history, using)
+    _preload_letter_states(history, using)
     origin = sources.describe(letter, payload=payload)
     original_job = (
-        Job.objects.filter(pk=letter.original_job_id).first() if letter.original_job_id else None
+        Job.objects.using(using).filter(pk=letter.original_job_id).first()
+        if letter.original_job_id
+        else None
     )
     return Detail(
         letter=letter,
@@ -417,11 +454,11 @@ def detail(pk: int, *, redacted: bool = True) -> Detail:
         payload_summarised=origin.payload_summarised,
         origin=origin,
         history=history,
-        **blocking(letter, original_job),
+        **blocking(letter, original_job, using=using),
     )
 
 
-def blocking(letter: DeadLetter, job: Job | None) -> dict:
+def blocking(letter: DeadLetter, job: Job | None, *, using: str = "default") -> dict:
     """For a letter whose job (`job`, read by the caller) holds its ordering key back
     ("block"): the key, and how many of its ready jobs come after it (0 once the letter is
     resolved). Empty for any other."""
@@ -430,7 +467,8 @@ def blocking(letter: DeadLetter, job: Job | None) -> dict:
     held = 0
     if letter.state in (DeadLetterState.PENDING, DeadLetterState.REPLAYING):
         held = (
-            Job.objects.filter(ordering_key=job.ordering_key, state="ready")
+            Job.objects.using(using)
+            .filter(ordering_key=job.ordering_key, state="ready")
             .annotate(position=Coalesce("ordering_position", "id", output_field=BigIntegerField()))
             .filter(position__gt=job.position)
             .count()
@@ -505,13 +543,16 @@ def in_chunks(ids):
         yield ids[i : i + CHUNK]
 
 
-def preview(ids, *, action: str, allow_poisoned: bool = False) -> Preview:
-    """What a run of these ids would do now, by the same rules the run applies per batch."""
+def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "default") -> Preview:
+    """What a run of these ids (letters of the queue database `using`) would do now, by the
+    same rules the run applies per batch."""
     max_replays = conf.get("MAX_REPLAYS")
     found = {}
     for chunk in in_chunks(ids):
-        for pk, state, replays, path in DeadLetter.objects.filter(pk__in=chunk).values_list(
-            "pk", "state", "replays", "task_path"
+        for pk, state, replays, path in (
+            DeadLetter.objects.using(using)
+            .filter(pk__in=chunk)
+            .values_list("pk", "state", "replays", "task_path")
         ):
             found[pk] = (state, replays, path)
     result = Preview(action=action, total=len(ids))
@@ -575,23 +616,42 @@ def run_items(
 ):
     """The run's ledger in order; with `through_batch`, only the rows of batches up to it (the
     ones a run row read just before counts: each batch writes its rows and counts together)."""
-    items = run.items.select_related("job").order_by("id")
+    using = run.selection.database
+    items = run.items.order_by("id")
     if through_batch is not None:
         items = items.filter(batch__lte=through_batch)
     if after:
         items = items.filter(pk__gt=after)
     rows = list(items[: size + 1])
-    _preload_letter_states(rows[:size])
+    _preload_jobs(rows[:size], using)
+    _preload_letter_states(rows[:size], using)
     return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
 
 
-def _preload_letter_states(items):
+def _preload_jobs(items, using: str):
+    """One read for the jobs the ledger rows made, from the queue database they were made in
+    (the ledger is on default, its job ids name rows of `using`): `item.job` is that job, or
+    None once pruned."""
+    ids = {item.job_id for item in items if item.job_id is not None}
+    jobs = Job.objects.using(using).in_bulk(list(ids)) if ids else {}
+    cache = ReplayItem._meta.get_field("job")
+    for item in items:
+        if item.job_id is not None:
+            # Cached, not assigned: assigning None would clear job_id too.
+            cache.set_cached_value(item, jobs.get(item.job_id))
+
+
+def _preload_letter_states(items, using: str = "default"):
     """One read for the letters of external replays (outbox, django-q2): their outcome and
     the source that names what the replay made."""
     ids = {item.dead_letter_id for item in items if item.external_id}
     if not ids:
         return
-    rows = DeadLetter.objects.filter(pk__in=ids).values_list("pk", "state", "replay_ref", "source")
+    rows = (
+        DeadLetter.objects.using(using)
+        .filter(pk__in=ids)
+        .values_list("pk", "state", "replay_ref", "source")
+    )
     states = {pk: (state, ref, source) for pk, state, ref, source in rows}
     for item in items:
         if item.external_id and item.dead_letter_id in states:

@@ -56,8 +56,11 @@ def _selected(ids, noun: str) -> list[int]:
     return ids
 
 
-def freeze_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
-    """Record exactly the ids an operator previews; confirming runs these and no others."""
+def freeze_selection(
+    *, operator, action: str, ids, filter: dict | None = None, database="default", now=None
+):
+    """Record exactly the ids an operator previews, and the queue database they are letters of
+    (deadletters.databases); confirming runs these and no others, in that database."""
     ids = _selected(ids, "dead letter")
     now = now or timezone.now()
     # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run).
@@ -67,6 +70,7 @@ def freeze_selection(*, operator, action: str, ids, filter: dict | None = None, 
         action=action,
         filter=filter or {},
         dead_letter_ids=ids,
+        database=database,
         created_at=now,
     )
 
@@ -127,7 +131,8 @@ def start_run(
         {
             path
             for chunk in in_chunks(ids)
-            for path in DeadLetter.objects.filter(pk__in=chunk)
+            for path in DeadLetter.objects.using(selection.database)
+            .filter(pk__in=chunk)
             .order_by()
             .values_list("task_path", flat=True)
             .distinct()
@@ -261,13 +266,25 @@ def _process_batch(
             # The canary goes alone: no item after it before its jobs are judged.
             allowed = min(allowed, run.canary_size - run.processed)
         ids = run.selection.dead_letter_ids[run.processed : run.processed + allowed]
-        letters = _lock_in_order(ids)
+        using = run.selection.database
         batch_no = run.batches + 1
-        if run.action == Action.REPLAY:
-            done, skipped, refs = _replay(ids, letters, allow_poisoned=run.allow_poisoned, now=now)
-        else:
-            outcome = store.discard(ids, now=now)
-            done, skipped, refs = outcome.done, outcome.skipped, {}
+        # The letters live in the selection's queue database, the run and its ledger on default.
+        # On another database than default the two cannot commit atomically, so the letters'
+        # transaction (nested here, its own on that database) commits first, then this one. A
+        # crash between the two leaves those letters replaying (or discarded) with the run not
+        # advanced: the next runner redoes the batch and the letters' own state skips each of
+        # them ("an earlier replay is still pending"), so no letter is replayed twice; only
+        # their ledger rows say "skipped" instead of "replayed". (The other order could record
+        # replays that never happened.) On default it is one transaction, as always.
+        with transaction.atomic(using=using):
+            letters = _lock_in_order(ids, using=using)
+            if run.action == Action.REPLAY:
+                done, skipped, refs = _replay(
+                    ids, letters, allow_poisoned=run.allow_poisoned, now=now, using=using
+                )
+            else:
+                outcome = store.discard(ids, now=now, using=using)
+                done, skipped, refs = outcome.done, outcome.skipped, {}
         ReplayItem.objects.bulk_create(
             [
                 ReplayItem(
@@ -399,6 +416,7 @@ def canary_tally(run: ReplayRun) -> CanaryTally:
     its items (they commit before any item after them). A replay job's state says done, dead
     or unfinished (ready, running); a replay that made no job of ours (django-q2, outbox), or
     whose job was pruned, is read from its letter as the ledger reads it."""
+    using = run.selection.database
     rows = (
         ReplayItem.objects.filter(run_id=run.pk)
         .order_by("id")
@@ -407,14 +425,14 @@ def canary_tally(run: ReplayRun) -> CanaryTally:
     items = [(pk, job, ref) for pk, outcome, job, ref in rows if outcome == Outcome.REPLAYED]
     jobs = {}
     for chunk in in_chunks([job for _, job, _ in items if job is not None]):
-        jobs.update(Job.objects.filter(pk__in=chunk).values_list("pk", "state"))
+        jobs.update(Job.objects.using(using).filter(pk__in=chunk).values_list("pk", "state"))
     letters = {}
     for chunk in in_chunks([pk for pk, job, _ in items if job not in jobs]):
         letters.update(
             (pk, (state, ref))
-            for pk, state, ref in DeadLetter.objects.filter(pk__in=chunk).values_list(
-                "pk", "state", "replay_ref"
-            )
+            for pk, state, ref in DeadLetter.objects.using(using)
+            .filter(pk__in=chunk)
+            .values_list("pk", "state", "replay_ref")
         )
     tally = CanaryTally(replayed=len(items))
     for pk, job, ref in items:
@@ -481,7 +499,7 @@ def _watch_canary(run: ReplayRun, now, *, reschedule: bool) -> BatchResult:
     return BatchResult(0, True)
 
 
-def _lock_in_order(ids) -> dict:
+def _lock_in_order(ids, *, using: str = "default") -> dict:
     """Lock the batch's letters, then the counter rows their triggers will change, each in id
     order: the order every writer follows (a worker burying a letter locks it, then its
     counter), so two batches, or a batch and a worker, wait for each other instead of
@@ -489,7 +507,8 @@ def _lock_in_order(ids) -> dict:
     of them: their job types for the ledger, their replay counts for the poison limit)."""
     letters = {
         row.pk: row
-        for row in DeadLetter.objects.select_for_update()
+        for row in DeadLetter.objects.using(using)
+        .select_for_update()
         .filter(pk__in=ids)
         .order_by("pk")
         .values_list("pk", "task_path", "queue_name", "error_class", "replays", named=True)
@@ -501,7 +520,8 @@ def _lock_in_order(ids) -> dict:
             (Q(task_path=t, queue_name=q, error_class=e) for t, q, e in sorted(keys)),
         )
         list(
-            PendingCount.objects.select_for_update()
+            PendingCount.objects.using(using)
+            .select_for_update()
             .filter(same_counter)
             .order_by("pk")
             .values_list("pk", flat=True)
@@ -509,7 +529,7 @@ def _lock_in_order(ids) -> dict:
     return letters
 
 
-def _replay(ids, letters, *, allow_poisoned: bool, now):
+def _replay(ids, letters, *, allow_poisoned: bool, now, using: str = "default"):
     """Replay through the store, holding back items past the poison limit (`letters` are
     locked, so their replay counts cannot change before the replay)."""
     limit = conf.get("MAX_REPLAYS")
@@ -518,7 +538,7 @@ def _replay(ids, letters, *, allow_poisoned: bool, now):
         poisoned = {
             pk: POISON_REASON.format(n=limit) for pk, row in letters.items() if row.replays >= limit
         }
-    outcome = store.replay([pk for pk in ids if pk not in poisoned], now=now)
+    outcome = store.replay([pk for pk in ids if pk not in poisoned], now=now, using=using)
     return outcome.done, {**poisoned, **outcome.skipped}, outcome.refs
 
 
@@ -655,11 +675,13 @@ def approve(run: ReplayRun, *, operator, background: bool = True, now=None) -> R
     return run
 
 
-def control_queue(action: str, queue: str, *, operator, reason: str, now=None) -> bool:
-    """Pause or resume a queue for an operator (store.queues writes it with its audit row);
-    False if it was already so."""
+def control_queue(
+    action: str, queue: str, *, operator, reason: str, now=None, using: str = "default"
+) -> bool:
+    """Pause or resume a queue of the queue database `using` for an operator (store.queues
+    writes it with its audit row, there); False if it was already so."""
     change = store.queues.pause if action == "pause" else store.queues.resume
-    return change(queue, actor=operator.get_username(), reason=reason, now=now)
+    return change(queue, actor=operator.get_username(), reason=reason, now=now, using=using)
 
 
 def act_on_schedule(action: str, name: str, *, operator, reason: str, now=None):

@@ -29,7 +29,18 @@ from django.views.decorators.http import require_GET, require_POST
 from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
 from jobqueue.store import sources
 
-from . import conf, edits, exports, jobs, redaction, search, selectors, services, workflows
+from . import (
+    conf,
+    databases,
+    edits,
+    exports,
+    jobs,
+    redaction,
+    search,
+    selectors,
+    services,
+    workflows,
+)
 from .forms import (
     AuditFilterForm,
     ConfirmForm,
@@ -169,11 +180,38 @@ def render_page(request, template, partial, context):
     return response
 
 
+def _backend(name) -> databases.QueueBackend:
+    """The queue backend a URL's `backend` names (none: the default one), or the console's 404
+    naming the backends there are."""
+    found = databases.named(name)
+    if found is None:
+        _no_such_backend()
+    return found
+
+
+def _no_such_backend():
+    raise NotFound(
+        "such backend",
+        hint="Backends are the Redrive TASKS backends: "
+        + ", ".join(b.name for b in databases.backends())
+        + ".",
+    )
+
+
 @require_GET
 @console_view
 def overview(request):
+    summaries = []
+    for backend in databases.backends():
+        for summary in selectors.overview(using=backend.database):
+            summary.backend = backend
+            summaries.append(summary)
     context = {
-        "summaries": selectors.overview(),
+        # Every backend's job types together, most pending first (one backend: as they come).
+        "summaries": sorted(summaries, key=lambda s: (-s.count, s.task_path))
+        if databases.multiple()
+        else summaries,
+        "several": databases.multiple(),
         "now": timezone.now(),
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
     }
@@ -185,6 +223,9 @@ def overview(request):
 def letter_list(request):
     form = ListPageForm(request.GET)
     f = _filter(form, request.user)
+    if "backend" in form.errors:  # not ignored as other fields: it says which letters these are
+        _no_such_backend()
+    backend = _backend(f.backend)
     cursors = form.cleaned_data
     result = selectors.page(f, after=cursors.get("after"), before=cursors.get("before"))
     echo = form.echo()
@@ -196,10 +237,20 @@ def letter_list(request):
         "echo": echo,
         "shown_filter": [(name, value) for name, value in echo if name != "order"],
         "filter_query": form.query(),
-        "choices": selectors.filter_choices(),
+        "choices": selectors.filter_choices(using=backend.database),
         "now": timezone.now(),
         # A job type's dead letters grouped by cause, each a link that filters to it.
-        "search_bound": search.SQLITE_SCAN if f.q and search.bounded() else None,
+        "search_bound": search.SQLITE_SCAN if f.q and search.bounded(backend.database) else None,
+        # Several queue databases: this list is one backend's; the others' pending counts beside
+        # it, each a link to its list, so no letter is out of sight.
+        "backend": backend,
+        "other_backends": [
+            (other, selectors.pending_total(other.database))
+            for other in databases.backends()
+            if other != backend
+        ],
+        # Appended to each row's detail link: the letter's backend, unless the default one.
+        "letter_query": databases.query(backend),
         # Detail pages are <overview>/<pk>/: one reverse() for the page instead of one per row.
         "detail_prefix": reverse("deadletters:overview"),
         **_permissions(request.user),
@@ -211,7 +262,7 @@ def letter_list(request):
     if f.job_type and (partial == "listing" or _whole_page(request)):
         # A job type's letters grouped by cause, above the rows: not for the pager, which
         # swaps only the rows.
-        context["causes"] = selectors.causes(f.job_type)
+        context["causes"] = selectors.causes(f.job_type, using=backend.database)
     return render_page(request, "deadletters/list.html", partial, context)
 
 
@@ -242,34 +293,56 @@ def _permissions(user):
     }
 
 
-def _detail_permissions(user, detail):
+def _detail_permissions(user, detail, backend):
     link = detail.origin.link
+    on_default = backend.database == "default"
     return {
         **_permissions(user),
         # A link to the letter's original (django-q2's admin page) only for who can open it.
         "can_follow_origin_link": link is not None and link.open_to(user),
-        # Edit before replay: a pending letter of a source that replays an edited payload.
-        "can_edit": user.has_perm(EDIT),
+        # Edit before replay: a pending letter of a source that replays an edited payload (of
+        # the default database only: its record, PayloadEdit, points at a letter there).
+        "can_edit": user.has_perm(EDIT) and on_default,
         "editable": detail.letter.state == "pending" and sources.editable(detail.letter.source),
+        "backend": backend,
+        "several": databases.multiple(),
+        "letter_query": databases.query(backend),
+    }
+
+
+def _letter_detail(request, pk, *, redacted):
+    """The letter `pk` of the backend the URL's `backend` names (none: the default one)."""
+    backend = _backend(request.GET.get("backend"))
+    try:
+        detail = selectors.detail(pk, redacted=redacted, using=backend.database)
+    except DeadLetter.DoesNotExist:
+        raise NotFound("dead letter", pk, LETTER_GONE) from None
+    return backend, detail
+
+
+def _letter_extras(backend, detail, *, redacted=True):
+    """The workflow and payload edits of a letter: kept on default, so for its letters only
+    (a workflow's page and an edit's record read default; ids repeat across databases)."""
+    if backend.database != "default":
+        return {"workflow_id": None, "edits": []}
+    return {
+        "workflow_id": workflows.for_letter(detail.letter),
+        "edits": edits.of_letter(detail.letter.pk, redacted=redacted),
     }
 
 
 @require_GET
 @console_view
 def letter_detail(request, pk):
-    try:
-        detail = selectors.detail(pk)
-    except DeadLetter.DoesNotExist:
-        raise NotFound("dead letter", pk, LETTER_GONE) from None
+    backend, detail = _letter_detail(request, pk, redacted=True)
     return render(
         request,
         "deadletters/detail.html",
         {
             "d": detail,
             "letter": detail.letter,
-            "workflow_id": workflows.for_letter(detail.letter),
-            "edits": edits.of_letter(detail.letter.pk),
-            **_detail_permissions(request.user, detail),
+            **_letter_extras(backend, detail),
+            **_detail_permissions(request.user, detail, backend),
         },
     )
 
@@ -281,10 +354,7 @@ def reveal(request, pk):
     """The detail page with the masked values shown, for a user with the permission; each
     reveal is recorded. A POST, so a link or a reload never reveals (or records) by itself."""
     require(request.user, redaction.REVEAL_PERMISSION)
-    try:
-        detail = selectors.detail(pk, redacted=False)
-    except DeadLetter.DoesNotExist:
-        raise NotFound("dead letter", pk, LETTER_GONE) from None
+    backend, detail = _letter_detail(request, pk, redacted=False)
     redaction.record_reveal(request.user, detail.letter, via="console")
     return render(
         request,
@@ -293,10 +363,9 @@ def reveal(request, pk):
             "d": detail,
             "letter": detail.letter,
             "revealed": True,
-            "workflow_id": workflows.for_letter(detail.letter),
             # The edits' diffs unmasked too: this reveal is recorded for the letter.
-            "edits": edits.of_letter(detail.letter.pk, redacted=False),
-            **_detail_permissions(request.user, detail),
+            **_letter_extras(backend, detail, redacted=False),
+            **_detail_permissions(request.user, detail, backend),
         },
     )
 
@@ -313,8 +382,11 @@ def preview(request):
     try:
         if not form.is_valid():
             # Also a filter field: "select all" with part of its filter ignored would freeze
-            # more than the operator saw.
+            # more than the operator saw (or the letters of another backend).
             raise services.RefusedError(f"Refused: {refusal(form)}")
+        # The letters' backend (its database recorded with the ids): ticked on its list or
+        # its letter's page, or every letter of its filter.
+        database = _backend(form.cleaned_data.get("backend")).database
         if form.cleaned_data["select_all"]:
             f = _filter(form, request.user)
             ids, recorded_filter = selectors.matching_ids(f), f.as_json()
@@ -322,7 +394,11 @@ def preview(request):
             ids = form.cleaned_data["ids"]
             recorded_filter = {}  # hand-picked
         selection = services.freeze_selection(
-            operator=request.user, action=action, ids=ids, filter=recorded_filter
+            operator=request.user,
+            action=action,
+            ids=ids,
+            filter=recorded_filter,
+            database=database,
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
@@ -353,6 +429,13 @@ def _back(request) -> str:
 
 def _own_selection(request, pk):
     selection = Selection.objects.filter(pk=pk, operator=request.user).first()
+    if selection is not None and databases.of_database(selection.database) is None:
+        raise NotFound(
+            "selection",
+            pk,
+            f"Its letters are in database {selection.database!r}, which no Redrive TASKS "
+            "backend uses now.",
+        )
     if selection is None:
         raise NotFound(
             "selection",
@@ -394,8 +477,13 @@ def confirm(request, pk):
     context = {
         "selection": selection,
         "preview": selectors.preview(
-            selection.dead_letter_ids, action=selection.action, allow_poisoned=allow_poisoned
+            selection.dead_letter_ids,
+            action=selection.action,
+            allow_poisoned=allow_poisoned,
+            using=selection.database,
         ),
+        "backend": databases.of_database(selection.database),
+        "several": databases.multiple(),
         "form": form,
         "can_replay_poisoned": may_poison,
         "max_replays": conf.get("MAX_REPLAYS"),
@@ -437,6 +525,10 @@ def _run_context(request, run, *, after=None, notice=""):
         "notice": notice,
         "poll_every": poll_every,
         "poll_url": f"{poll_url}?after={after}" if after else poll_url,
+        # The ledger's letters are the selection's database's: their links say its backend.
+        "backend": databases.of_database(run.selection.database),
+        "several": databases.multiple(),
+        "letter_query": databases.query(databases.of_database(run.selection.database)),
         "canary": services.canary_as_judged(run) if run.canary_size else None,
     }
 
@@ -503,9 +595,14 @@ def queue_control(request):
         messages.error(request, f"Nothing changed ({refusal(form)}).")
         return redirect("deadletters:health")
     action, queue = form.cleaned_data["action"], form.cleaned_data["queue"]
+    backend = _backend(form.cleaned_data["backend"])
     try:
         changed = services.control_queue(
-            action, queue, operator=request.user, reason=form.cleaned_data["reason"]
+            action,
+            queue,
+            operator=request.user,
+            reason=form.cleaned_data["reason"],
+            using=backend.database,
         )
     except ValueError as exc:
         messages.error(request, f"Nothing changed: {exc}.")
@@ -840,6 +937,12 @@ def edit_letter(request, pk):
     require(request.user, EDIT)
     # An edit is a replay: it takes the replay permission too, whatever a custom grant gives.
     require(request.user, ACTION_PERMISSION[Action.REPLAY])
+    if _backend(request.GET.get("backend")).database != "default":
+        # Its record (PayloadEdit) points at a letter on default: replay it as it is instead.
+        raise NotFound(
+            "edit of this backend's letters",
+            hint="Edit before replay works on the letters of the default database only.",
+        )
     letter = DeadLetter.objects.filter(pk=pk).first()
     if letter is None:
         raise NotFound("dead letter", pk, LETTER_GONE)

@@ -140,15 +140,19 @@ def scheduling(now: datetime, using: str = "default") -> dict[str, int]:
     hour that did not become a job (skipped, missed, failed), ordering keys held back by a
     dead job's unresolved letter, and concurrency keys with jobs running now."""
     schedules = Schedule.objects.using(using).filter(declared=True)
-    unrun = ScheduleRun.objects.using(using).filter(at__gte=now - timedelta(hours=1)).exclude(
-        outcome__in=[ScheduleRun.Outcome.ENQUEUED, ScheduleRun.Outcome.MANUAL]
+    unrun = (
+        ScheduleRun.objects.using(using)
+        .filter(at__gte=now - timedelta(hours=1))
+        .exclude(outcome__in=[ScheduleRun.Outcome.ENQUEUED, ScheduleRun.Outcome.MANUAL])
     )
     unresolved = DeadLetter.objects.using(using).filter(
         job_id=OuterRef("pk"), state__in=[DeadLetterState.PENDING, DeadLetterState.REPLAYING]
     )
-    blocked = Job.objects.using(using).filter(
-        ordering_key__isnull=False, state=JobState.DEAD, ordering_on_dead="block"
-    ).filter(Exists(unresolved))
+    blocked = (
+        Job.objects.using(using)
+        .filter(ordering_key__isnull=False, state=JobState.DEAD, ordering_on_dead="block")
+        .filter(Exists(unresolved))
+    )
     counts = schedules.aggregate(
         schedules=Count("id", filter=Q(paused_at__isnull=True)),
         schedules_paused=Count("id", filter=Q(paused_at__isnull=False)),
@@ -161,9 +165,7 @@ def scheduling(now: datetime, using: str = "default") -> dict[str, int]:
         "schedule_ticks_unrun_60m": unrun.count(),
         "blocked_ordering_keys": blocked.values("ordering_key").distinct().count(),
         "concurrency_keys_running": Job.objects.using(using)
-        .filter(
-            state=JobState.RUNNING, concurrency_key__isnull=False
-        )
+        .filter(state=JobState.RUNNING, concurrency_key__isnull=False)
         .values("concurrency_key")
         .distinct()
         .count(),

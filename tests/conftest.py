@@ -14,10 +14,51 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SECRET_KEY", "redrive-tests-only-" + "k3y" * 16)
 
 
+# A second queue database for the tests of several TASKS backends, each on its own database
+# (tests/deadletters/test_multiple_databases.py); only tests that name it use it.
+SECOND_DATABASE = "queues_b"
+
+
 def pytest_configure(config):
     from django.conf import settings
 
     settings.SECRET_KEY = os.environ["SECRET_KEY"]
+    if SECOND_DATABASE not in settings.DATABASES:
+        settings.DATABASES[SECOND_DATABASE] = second_database(settings.DATABASES["default"])
+        from django.db import connections
+
+        connections.__dict__.pop("settings", None)  # read again, if read already
+
+
+def second_database(default: dict) -> dict:
+    """The default database's settings for a second database beside it: SQLite, another file
+    in the same directory; PostgreSQL, the same server, its name with "_b" after it."""
+    second = {**default, "OPTIONS": dict(default.get("OPTIONS") or {})}
+    test = dict(default.get("TEST") or {})
+    if default["ENGINE"] == "django.db.backends.sqlite3":
+        name = Path(default["NAME"])
+        second["NAME"] = str(name.with_name(f"{name.stem}_b{name.suffix}"))
+        if test.get("NAME"):
+            test_name = Path(test["NAME"])
+            test["NAME"] = str(test_name.with_name(f"{test_name.stem}_b{test_name.suffix}"))
+    else:
+        second["NAME"] = f"{default['NAME']}_b"
+        test.pop("NAME", None)  # Django's own: test_<NAME>
+    second["TEST"] = test
+    return second
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's, then the second database's features read once: a system check run in a
+    test that does not use that database (`run_checks()` looks at every alias) would otherwise
+    query it to learn them, which the test's database guard refuses."""
+    from django.db import connections
+
+    if SECOND_DATABASE in connections:
+        with django_db_blocker.unblock():
+            connections[SECOND_DATABASE].features.supports_json_field  # noqa: B018
+            connections[SECOND_DATABASE].close()
 
 
 def database_url(connection) -> str:

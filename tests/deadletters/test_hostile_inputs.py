@@ -96,6 +96,7 @@ PLAUSIBLE = {
     "args": st.sampled_from(["[]", "[1]", '["••••"]']),
     "kwargs": st.sampled_from(["{}", '{"n": 1}']),
     "format": st.sampled_from(["csv", "jsonl"]),
+    "backend": st.sampled_from(["default", "", "b"]),
 }
 
 
@@ -142,14 +143,14 @@ ENDPOINTS = {
     "overview": (["GET"], [], ""),
     "list": (["GET"], list(ListPageForm.base_fields), "list/"),
     "count": (["GET"], list(FilterForm.base_fields), "list/count/"),
-    "detail": (["GET"], [], "{letter}/"),
+    "detail": (["GET"], ["backend"], "{letter}/"),
     "preview": (["POST"], [*SelectionForm.base_fields, "back"], "preview/"),
     "confirm": (["GET", "POST"], list(ConfirmForm.base_fields), "selections/{selection}/"),
     "run": (["GET"], list(RunPageForm.base_fields), "runs/{run}/"),
     "run-control": (["POST"], [], "runs/{run}/{command}/"),
     "audit": (["GET"], list(AuditFilterForm.base_fields), "audit/"),
-    "reveal": (["POST"], [], "{letter}/reveal/"),
-    "edit": (["GET", "POST"], [*EditForm.base_fields, "reveal"], "{letter}/edit/"),
+    "reveal": (["POST"], ["backend"], "{letter}/reveal/"),
+    "edit": (["GET", "POST"], [*EditForm.base_fields, "reveal", "backend"], "{letter}/edit/"),
     "run-approve": (["POST"], [], "runs/{run}/approve/"),
     "health": (["GET"], [], "health/"),
     "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
