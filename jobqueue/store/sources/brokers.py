@@ -164,7 +164,7 @@ def mirror(
     Returns (its letter, whether this call wrote it). Idempotent: seeing it again writes
     nothing. `identity_kept`: a replayed message keeps its identity at this broker, so a
     message claiming a letter with another identity is not that letter's (a forged stamp)."""
-    error = seen.errors[-1] if seen.errors else _error("dead-lettered", now)
+    error = seen.errors[-1] if seen.errors else error_entry("dead-lettered", now)
     fields = pending_fields(error, attempts=seen.attempts, now=now)
     with transaction.atomic(using=using):
         letter = letter_of(source, seen, using=using, lock=True, identity_kept=identity_kept)
@@ -210,7 +210,8 @@ def settle_replayed(pk: int, *, ref: str | None, using: str) -> None:
     ).update(**update)
 
 
-def _error(message: str, at: datetime, *, attempt: int = 0, kind: str = "") -> dict:
+def error_entry(message: str, at: datetime, *, attempt: int = 0, kind: str = "") -> dict:
+    """One entry of a letter's error history, in the shape the worker writes."""
     return {
         "attempt": attempt,
         "at": at.isoformat(),
@@ -219,9 +220,6 @@ def _error(message: str, at: datetime, *, attempt: int = 0, kind: str = "") -> d
         "message": storable_text(message, MAX_MESSAGE_CHARS),
         "traceback": "",
     }
-
-
-error_entry = _error
 
 
 def body_value(body: bytes, content_type: str | None = None):
