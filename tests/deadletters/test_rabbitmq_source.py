@@ -358,3 +358,23 @@ def test_forged_or_absurd_stamps_never_take_over_a_letter_or_stop_the_sync(topol
     forged = DeadLetter.objects.get(source="rabbitmq", args=["forged"])
     assert forged.attempts == 2**31 - 1 and forged.state == DeadLetterState.PENDING
     assert DeadLetter.objects.filter(source="rabbitmq").count() == 5
+
+
+def test_a_letter_whose_message_cannot_go_back_is_reported_and_the_message_kept(topology):
+    """Published straight into the dead-letter queue, a message has no x-death to go back by:
+    a replay is refused up front; a letter marked replaying anyway is named in the round's
+    errors, its message kept, and the sync goes on."""
+    import pika
+
+    topology.channel.basic_publish("", topology.dead, b"stray", pika.BasicProperties())
+    wait_until(lambda: topology.count(topology.dead) == 1, message="the stray message")
+    source().sync()
+    (letter,) = letters()
+    assert dead_letters.replay([letter.pk]).skipped[letter.pk].startswith("its x-death header")
+    DeadLetter.objects.filter(pk=letter.pk).update(state=DeadLetterState.REPLAYING, replays=1)
+
+    round_ = source().sync()
+
+    assert round_.published == 0 and len(round_.errors) == 1
+    assert "names no queue" in round_.errors[0]
+    assert [body for body, _ in topology.drain(topology.dead)] == ["stray"]

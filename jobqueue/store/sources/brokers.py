@@ -60,6 +60,11 @@ class Unreachable(Exception):
     """The broker cannot be reached or refused us: nothing was settled, nothing is lost."""
 
 
+class Refused(Exception):
+    """This message cannot be settled as its letter asks (say, it names no queue to go back
+    to): it stays in the broker, named in the round's errors."""
+
+
 class Action(Enum):
     KEEP = "keep"  # leave the message where it is
     PUBLISH = "publish"  # its letter's replay committed: publish it, then remove the copy
@@ -389,12 +394,16 @@ def handle(
     if action is not Action.KEEP:
         round_.step = str(round_.published + round_.removed + 1)
         fault_point("before_settle", round_.step)
-        if action is Action.PUBLISH:
-            publish(letter)
-            round_.published += 1
-        else:
-            remove()
-            round_.removed += 1
+        try:
+            if action is Action.PUBLISH:
+                publish(letter)
+                round_.published += 1
+            else:
+                remove()
+                round_.removed += 1
+        except Refused as exc:
+            round_.errors.append(f"{seen.identity}: {exc}"[:500])
+            return letter
         fault_point("after_settle", round_.step)
     return letter
 

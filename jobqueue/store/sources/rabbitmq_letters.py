@@ -40,6 +40,7 @@ from .brokers import (
     MAX_COUNT,
     Action,
     BrokerSource,
+    Refused,
     Round,
     Seen,
     Unreachable,
@@ -49,7 +50,6 @@ from .brokers import (
     fault_point,
     handle,
     kept,
-    mirror,
     plain,
     row_id,
     settings_of,
@@ -263,6 +263,9 @@ class RabbitMQLetters(BrokerSource):
 
             def publish(letter, *, headers=headers, properties=properties, body=body, tag=tag):
                 where = origin(headers)
+                if tag is None or where is None:
+                    # A copy stamped just now is settled when a later round reads it again.
+                    raise Refused(SKIP_NO_ORIGIN if where is None else "stamped this round")
                 stamped = {**headers, LETTER_HEADER: letter.pk, REPLAY_HEADER: letter.replays}
                 channel.basic_publish(
                     where["exchange"],
@@ -270,25 +273,17 @@ class RabbitMQLetters(BrokerSource):
                     body,
                     _with_headers(properties, stamped),
                 )
-                if tag is not None:
-                    channel.basic_ack(tag)
+                channel.basic_ack(tag)
                 settle_replayed(letter.pk, ref=None, using=using)
                 fault_point("mid_settle", round_.step)
                 channel.tx_commit()
 
             def remove(tag=tag):
-                if tag is not None:
-                    channel.basic_ack(tag)
-                    channel.tx_commit()
+                if tag is None:
+                    raise Refused("stamped this round")
+                channel.basic_ack(tag)
+                channel.tx_commit()
 
-            if tag is None:
-                # A freshly stamped copy is acted on by the next round, when it is read again.
-                round_.seen += 1
-                _letter, wrote = mirror(
-                    self.name, seen, now=timezone.now(), using=using, identity_kept=True
-                )
-                round_.mirrored += int(wrote)
-                continue
             letter = handle(self, seen, round_, using=using, publish=publish, remove=remove)
             if letter is not None and remaining is not None and letter.pk in remaining:
                 remaining.discard(letter.pk)
