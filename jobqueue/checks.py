@@ -77,6 +77,27 @@ def check_tasks_backend(app_configs=None, **kwargs):
 
 
 @checks.register(checks.Tags.compatibility, TAG)
+def check_backend_databases(app_configs=None, **kwargs):
+    """A Redrive backend's OPTIONS["DATABASE"] must be one of DATABASES: otherwise its enqueue,
+    its worker and the console's page of its letters fail only when first used."""
+    found = []
+    for alias in _our_backends():
+        options = settings.TASKS[alias].get("OPTIONS") or {}
+        database = options.get("DATABASE", "default")
+        if not isinstance(database, str) or database not in settings.DATABASES:
+            found.append(
+                checks.Error(
+                    f"TASKS[{alias!r}] keeps its jobs in database {database!r}, which is not in "
+                    "DATABASES.",
+                    hint=f"Add {database!r} to DATABASES (and migrate it: manage.py migrate "
+                    f"--database {database}), or name one of {sorted(settings.DATABASES)}.",
+                    id="redrive.E030",
+                )
+            )
+    return found
+
+
+@checks.register(checks.Tags.compatibility, TAG)
 def check_sqlite_locking(app_configs=None, databases=None, **kwargs):
     return sqlite_findings({alias: connections.settings[alias] for alias in connections})
 

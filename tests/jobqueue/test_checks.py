@@ -33,6 +33,21 @@ def test_our_backend_under_another_alias_is_enough(settings):
     assert checks.check_tasks_backend() == []
 
 
+def test_a_backend_on_a_database_not_in_databases_is_an_error(settings):
+    settings.TASKS = {
+        "default": {"BACKEND": "jobqueue.backend.DatabaseBackend"},
+        "reports": {
+            "BACKEND": "jobqueue.backend.DatabaseBackend",
+            "OPTIONS": {"DATABASE": "reportz"},
+        },
+    }
+    found = checks.check_backend_databases()
+    assert ids(found) == ["redrive.E030"]
+    assert "'reportz'" in found[0].msg and "TASKS['reports']" in found[0].msg
+    settings.TASKS["reports"]["OPTIONS"]["DATABASE"] = "default"
+    assert checks.check_backend_databases() == []
+
+
 @pytest.mark.parametrize(
     "options",
     [
