@@ -347,3 +347,33 @@ def test_a_crash_between_the_two_commits_never_replays_a_letter_twice(
     assert Job.objects.using(B).filter(replayed_from__isnull=False).count() == 3  # one each
     skipped = ReplayItem.objects.filter(outcome="skipped").values_list("skip_reason", flat=True)
     assert set(skipped) == {"an earlier replay is still pending"}
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def test_the_cli_lists_shows_and_replays_the_letters_of_the_backend_it_is_given(two_backends):
+    from tests.cli import run
+
+    user_with_role("operator", "olga")
+    mine = LetterB(task_path=NOOP)
+    theirs = DeadLetterFactory(task_path="tests.tasks.add")  # default's, perhaps the same id
+
+    listed = run("deadletters", "list", "--backend", "b")
+    assert listed.code == 0 and NOOP in listed.out and "tests.tasks.add" not in listed.out
+    shown = run("deadletters", "show", str(mine.pk), "--backend", "b", "--json")
+    assert shown.code == 0 and f'"task_path": "{NOOP}"' in shown.out
+
+    done = run(
+        "deadletters", "replay", str(mine.pk), "--backend", "b",
+        "--operator", "olga", "--reason", "fixed", "--canary", "0",
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert Job.objects.using(B).filter(replayed_from_id=mine.pk, state=JobState.READY).exists()
+    assert not Job.objects.filter(replayed_from_id=mine.pk).exists()  # nothing on default
+    assert Selection.objects.get().database == B
+    theirs.refresh_from_db()
+    assert theirs.state == "pending"
+
+    unknown = run("deadletters", "list", "--backend", "nope")
+    assert unknown.code == 2 and "no Redrive TASKS backend 'nope'" in unknown.err

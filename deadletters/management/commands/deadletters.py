@@ -7,7 +7,7 @@ import os
 from django.core.management import CommandError
 from django.db import transaction
 
-from deadletters import conf, exports, redaction, selectors, services
+from deadletters import conf, databases, exports, redaction, selectors, services
 from deadletters.forms import FilterForm, refusal
 from deadletters.models import Action, ReplayRun, RunState
 from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
@@ -30,6 +30,24 @@ LIST_FIELDS = [
 # The filter options, as ListFilter fields.
 FILTERS = ("job_type", "error_class", "queue", "source")
 LETTER_ID = cli.integer(1, MAX_ID, "a dead-letter id")
+
+
+def backend(text):
+    """A Redrive TASKS backend's name (read when the command runs): the database it names."""
+    found = databases.named(text)
+    if found is None:
+        names = ", ".join(b.name for b in databases.backends())
+        raise argparse.ArgumentTypeError(
+            f"no Redrive TASKS backend {text[:100]!r} (backends: {names})"
+        )
+    return found.database
+
+
+def backend_name(database: str) -> str:
+    """The filter's `backend` for the letters of `database`: "" for the default backend's, as
+    the console records it."""
+    found = databases.of_database(database)
+    return "" if found is None or found.is_default else found.name
 
 
 def rate(text):
@@ -62,6 +80,12 @@ class Command(cli.Command):
 
         show = sub.add_parser("show", help="One dead letter with its errors and history.")
         show.add_argument("id", type=LETTER_ID)
+        show.add_argument(
+            "--backend",
+            type=backend,
+            default="default",
+            help="The TASKS backend whose database holds the letter (default: the default one).",
+        )
         show.add_argument("--json", action="store_true")
         show.add_argument(
             "--reveal",
@@ -143,6 +167,13 @@ class Command(cli.Command):
             choices=["", *sources.names()],
             help=", ".join(sources.names()) + ".",
         )
+        # Which letters, not a filter of them: with ids too, the database those ids are in.
+        parser.add_argument(
+            "--backend",
+            type=backend,
+            default="default",
+            help="The TASKS backend whose database holds the letters (default: the default one).",
+        )
 
     def handle(self, *args, **opts):
         return getattr(self, f"do_{opts['command']}")(opts)
@@ -154,6 +185,7 @@ class Command(cli.Command):
             queue=opts["queue"],
             source=opts["source"],
             state=opts["state"] or "",
+            backend=backend_name(opts["backend"]),
         )
         limit = opts["limit"]
         letters = selectors.filtered(f)
@@ -186,7 +218,7 @@ class Command(cli.Command):
                 raise usage_error("--reveal needs --operator NAME (the reveal is audited).")
             operator = cli.operator(opts["operator"], VIEW, redaction.REVEAL_PERMISSION)
         try:
-            d = selectors.detail(opts["id"], redacted=operator is None)
+            d = selectors.detail(opts["id"], redacted=operator is None, using=opts["backend"])
         except DeadLetter.DoesNotExist:
             raise usage_error(f"No dead letter {opts['id']}") from None
         letter = d.letter
@@ -249,9 +281,8 @@ class Command(cli.Command):
             ids = list(dict.fromkeys(opts["ids"]))
             if len(ids) > conf.get("MAX_SELECTION"):
                 raise usage_error(f"A selection holds at most {conf.get('MAX_SELECTION'):,} items.")
-            missing = sorted(
-                set(ids) - set(DeadLetter.objects.filter(pk__in=ids).values_list("pk", flat=True))
-            )
+            found = DeadLetter.objects.using(opts["backend"]).filter(pk__in=ids)
+            missing = sorted(set(ids) - set(found.values_list("pk", flat=True)))
             if missing:
                 shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
                 raise usage_error(f"No dead letter {shown}")
@@ -260,7 +291,11 @@ class Command(cli.Command):
             if not opts["limit"]:
                 raise usage_error("A filter needs --limit N (the most items to act on).")
             # Only pending items can be acted on; the rest would only be skipped.
-            f = selectors.ListFilter(**typed, state=DeadLetterState.PENDING)
+            f = selectors.ListFilter(
+                **typed,
+                state=DeadLetterState.PENDING,
+                backend=backend_name(opts["backend"]),
+            )
             ids = list(
                 selectors.filtered(f)
                 .order_by("dead_lettered_at", "id")
@@ -272,7 +307,9 @@ class Command(cli.Command):
             raise usage_error("Give dead-letter ids or --job-type/--error-class/--queue/--source.")
         if not ids:
             raise usage_error("Nothing matches.")
-        preview = selectors.preview(ids, action=action, allow_poisoned=allow_poisoned)
+        preview = selectors.preview(
+            ids, action=action, allow_poisoned=allow_poisoned, using=opts["backend"]
+        )
         self.stdout.write(
             f"{action}: {preview.total} selected, {preview.will_act} to {action}, "
             f"{preview.skip_count} skipped; types: "
@@ -289,7 +326,11 @@ class Command(cli.Command):
         try:
             with transaction.atomic():
                 selection = services.freeze_selection(
-                    operator=operator, action=action, ids=ids, filter=recorded
+                    operator=operator,
+                    action=action,
+                    ids=ids,
+                    filter=recorded,
+                    database=opts["backend"],
                 )
                 run = services.start_run(
                     operator=operator,
@@ -417,6 +458,7 @@ class Command(cli.Command):
                 "since": opts["since"],
                 "until": opts["until"],
                 "order": opts["order"],
+                "backend": backend_name(opts["backend"]),
             }
         )
         if not form.is_valid():
