@@ -41,14 +41,20 @@ class JobFilter:
     payload_search: bool = False
 
 
+# Waiting jobs are indexed in two halves (the claim's partial indexes: with and without a
+# concurrency key); "state is ready" alone matches neither, and on a table of ten million
+# finished jobs was a walk of them all. Said as the two halves, each is an index range.
+IN_READY_INDEXES = Q(concurrency_key__isnull=True) | Q(concurrency_key__isnull=False)
+
+
 def state_q(state: str, now: datetime) -> Q:
     match state:
         case "ready":
-            return Q(state=JobState.READY, run_after__lte=now)
+            return Q(state=JobState.READY, run_after__lte=now) & IN_READY_INDEXES
         case "scheduled":
-            return Q(state=JobState.READY, run_after__gt=now, attempts=0)
+            return Q(state=JobState.READY, run_after__gt=now, attempts=0) & IN_READY_INDEXES
         case "retrying":
-            return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0)
+            return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0) & IN_READY_INDEXES
         case "running" | "done" | "dead" | "cancelled":
             return Q(state=state)
     return Q()
