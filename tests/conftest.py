@@ -28,6 +28,18 @@ def pytest_configure(config):
         from django.db import connections
 
         connections.__dict__.pop("settings", None)  # read again, if read already
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        # Every command a test runs checks JSONField support on every database, which SQLite
+        # answers with a query: in a test that may not touch queues_b, a connection object made
+        # since the session warmed one up (another thread's, another context's) would be refused
+        # it. The answer is the same for any file of this SQLite, so it is given once, here.
+        import sqlite3
+
+        from django.db.backends.sqlite3.features import DatabaseFeatures
+
+        with sqlite3.connect(":memory:") as probe:
+            probe.execute("SELECT JSON('{\"a\": \"b\"}')")
+        DatabaseFeatures.supports_json_field = True
 
 
 def second_database(default: dict) -> dict:

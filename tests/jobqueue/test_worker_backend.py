@@ -5,6 +5,7 @@ import pytest
 
 from jobqueue.worker import Worker
 from tests.cli import run
+from tests.conftest import SECOND_DATABASE
 
 pytestmark = pytest.mark.django_db
 
@@ -13,7 +14,7 @@ TWO_BACKENDS = {
     "reports": {
         "BACKEND": "jobqueue.backend.DatabaseBackend",
         "QUEUES": [],
-        "OPTIONS": {"DATABASE": "reports_db"},
+        "OPTIONS": {"DATABASE": SECOND_DATABASE},
     },
     "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
 }
@@ -25,7 +26,7 @@ def backends(settings):
 
 
 def test_a_worker_claims_from_its_backends_database(backends):
-    assert Worker(backend="reports").using == "reports_db"
+    assert Worker(backend="reports").using == SECOND_DATABASE
     assert Worker().using == "default"
     assert Worker(backend="reports", using="default").using == "default"  # said outright
 
