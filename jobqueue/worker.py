@@ -1003,8 +1003,9 @@ class Worker(Loop):
 
     def _sync_sources_if_due(self):
         """Mirror the configured brokers' dead letters (jobqueue.store.sources.brokers) every
-        SOURCES_SYNC_SECONDS, and finish what an interrupted replay or discard left there."""
-        if self._sources_sync_seconds <= 0 or self.burst:
+        SOURCES_SYNC_SECONDS, and finish what an interrupted replay or discard left there.
+        Only the default backend's workers do: the brokers' letters live in one database."""
+        if self._sources_sync_seconds <= 0 or self.burst or self.backend_alias != "default":
             return
         now_mono = time.monotonic()
         if now_mono - self._last_sources_sync < self._sources_sync_seconds:
