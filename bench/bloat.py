@@ -139,6 +139,12 @@ def main():
     started = time.monotonic()
     try:
         with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings "
+                "WHERE name IN ('autovacuum', 'autovacuum_naptime', "
+                "'autovacuum_vacuum_scale_factor', 'autovacuum_vacuum_threshold')"
+            )
+            print(f"server: {cursor.fetchone()[0]}")
             report(cursor, "start")
         thread.start()
         minute = 0
