@@ -336,12 +336,26 @@ class BrokerSource(BaseSource):
             return {letter.pk: reason for letter in letters}
         return None
 
+    def unplayable(self, letters) -> dict[int, str]:
+        """The letters that cannot go back, each with why (asked of the broker once for all);
+        Unreachable when the broker cannot be asked."""
+        return {}
+
+    def replay_ref(self, letter) -> str | None:
+        """The reference recorded for a replay at commit time (None: set when it is sent)."""
+        return None
+
     def replay(self, letters, *, now, using):
-        refused = self._refuse_unreachable(letters)
-        if refused is not None:
-            return refused
-        self._after_commit(letters, using=using)
-        return {letter.pk: Replayed() for letter in letters}
+        """Recorded in the caller's transaction; published after it commits (`_after_commit`)."""
+        try:
+            results: dict[int, Replayed | str] = dict(self.unplayable(letters))
+        except Unreachable as exc:
+            return {letter.pk: f"{self.label} is unreachable: {exc}" for letter in letters}
+        ready = [letter for letter in letters if letter.pk not in results]
+        if ready:
+            self._after_commit(ready, using=using)
+        results.update({letter.pk: Replayed(ref=self.replay_ref(letter)) for letter in ready})
+        return results
 
     def discard(self, letters, *, now, using):
         refused = self._refuse_unreachable(letters)

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from . import Made, Replayed
+from . import Made
 from .brokers import (
     MAX_COUNT,
     Action,
@@ -185,35 +185,32 @@ class RabbitMQLetters(BrokerSource):
 
     # --- replay and discard ------------------------------------------------------------
 
-    def replay(self, letters, *, now, using):
-        refused = self._refuse_unreachable(letters)
-        if refused is not None:
-            return refused
-        options = self._options()
-        connection = self._connect(options)
-        results = {}
-        ready = []
+    def replay_ref(self, letter):
+        return letter.idempotency_key  # the same message (its x-redrive-id kept), republished
+
+    def unplayable(self, letters):
+        """A letter whose x-death names no queue, or whose queue is gone, cannot go back (a
+        publish to a queue that is gone would be dropped by the broker, and the copy with it)."""
+        import pika
+
+        found, known = {}, {}
+        connection = self._connect(self._options())
         try:
-            known: dict[str, bool] = {}
             for letter in letters:
                 where = kept(letter, "origin")
                 if not isinstance(where, dict) or not where.get("queue"):
-                    results[letter.pk] = SKIP_NO_ORIGIN
+                    found[letter.pk] = SKIP_NO_ORIGIN
                     continue
                 queue = where["queue"]
                 if queue not in known:
                     known[queue] = self._queue_exists(connection, queue)
                 if not known[queue]:
-                    results[letter.pk] = SKIP_ORIGIN_GONE.format(queue=queue)
-                    continue
-                ready.append(letter)
+                    found[letter.pk] = SKIP_ORIGIN_GONE.format(queue=queue)
+        except pika.exceptions.AMQPError as exc:
+            raise Unreachable(_why(exc)) from exc
         finally:
             _close(connection)
-        if ready:
-            self._after_commit(ready, using=using)
-        # The replay is the same message (its x-redrive-id kept), republished.
-        results.update({letter.pk: Replayed(ref=letter.idempotency_key) for letter in ready})
-        return results
+        return found
 
     # --- the scan ----------------------------------------------------------------------
 

@@ -36,10 +36,11 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from . import Made, Replayed
+from . import Made
 from .brokers import (
     Action,
     BrokerSource,
+    Refused,
     Round,
     Seen,
     Unreachable,
@@ -150,16 +151,20 @@ class SQSLetters(BrokerSource):
         for url in options["queues"]:
             self._call(client.get_queue_attributes, QueueUrl=url, AttributeNames=["QueueArn"])
 
-    def _source_queue(self, client, dlq_url: str, message: dict) -> str | None:
+    def _sources(self, client, dlq_url: str) -> list[str]:
+        """The queues whose redrive policy targets this dead-letter queue."""
+        reply = self._call(client.list_dead_letter_source_queues, QueueUrl=dlq_url)
+        return reply.get("queueUrls", [])
+
+    @staticmethod
+    def _source_queue(sources: list[str], message: dict) -> str | None:
+        """Where a message goes back to: the one source queue, or the one SQS names for it."""
         arn = (message.get("Attributes") or {}).get("DeadLetterQueueSourceArn")
-        urls = self._call(client.list_dead_letter_source_queues, QueueUrl=dlq_url).get(
-            "queueUrls", []
-        )
         if arn:
-            for url in urls:
+            for url in sources:
                 if queue_name(url) == arn.rsplit(":", 1)[-1]:
                     return url
-        return urls[0] if len(urls) == 1 else None
+        return sources[0] if len(sources) == 1 else None
 
     def settle(self, wanted, *, using):
         options = self._options()
@@ -175,6 +180,7 @@ class SQSLetters(BrokerSource):
     def _scan(self, client, url, options, round_, remaining, *, using):
         kept: list[str] = []
         read: set[str] = set()
+        sources: dict[str, list[str]] = {}  # asked once a scan, when a replay needs it
         try:
             while len(read) < options["scan_limit"]:
                 batch = self._call(
@@ -192,7 +198,7 @@ class SQSLetters(BrokerSource):
                     break
                 for message in fresh:
                     read.add(message["MessageId"])
-                    done = self._one(client, url, message, round_, remaining, using=using)
+                    done = self._one(client, url, message, round_, sources, using=using)
                     if done is None:
                         kept.append(message["ReceiptHandle"])
                     elif remaining is not None and done in remaining:
@@ -210,16 +216,18 @@ class SQSLetters(BrokerSource):
                 with contextlib.suppress(Exception):
                     client.change_message_visibility_batch(QueueUrl=url, Entries=entries)
 
-    def _one(self, client, url, message, round_, remaining, *, using) -> int | None:
+    def _one(self, client, url, message, round_, sources, *, using) -> int | None:
         """Handle one received message; its letter's id once it is settled (deleted), or None
         while it stays in the queue."""
         seen = self._seen(url, message)
         outcome: dict[str, int] = {}
 
         def publish(letter):
-            source = self._source_queue(client, url, message)
+            if url not in sources:
+                sources[url] = self._sources(client, url)
+            source = self._source_queue(sources[url], message)
             if source is None:
-                raise Unreachable(
+                raise Refused(
                     SKIP_NO_SOURCE_QUEUE.format(why=f"no single queue sends to {queue_name(url)!r}")
                 )
             attributes = dict(message.get("MessageAttributes") or {})
@@ -253,39 +261,25 @@ class SQSLetters(BrokerSource):
             return None
         return letter.pk if letter is not None else -1
 
-    def replay(self, letters, *, now, using):
-        refused = self._refuse_unreachable(letters)
-        if refused is not None:
-            return refused
-        options = self._options()
-        client = self._client(options)
-        results = {}
-        ready = []
-        sources_of: dict[str, list[str]] = {}
+    def unplayable(self, letters):
+        """A letter goes back to the queue whose redrive policy targets its dead-letter queue:
+        one without such a queue cannot."""
+        client = self._client(self._options())
+        found, sources_of = {}, {}
         for letter in letters:
             dlq = kept(letter, "dead_letter_queue")
             if not isinstance(dlq, str) or not dlq:
-                why = "its dead-letter queue is unknown"
-                results[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(why=why)
-                continue
-            if dlq not in sources_of:
-                try:
-                    sources_of[dlq] = self._call(
-                        client.list_dead_letter_source_queues, QueueUrl=dlq
-                    ).get("queueUrls", [])
-                except Unreachable as exc:
-                    results[letter.pk] = f"{self.label} is unreachable: {exc}"
-                    continue
-            if not sources_of[dlq]:
-                results[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(
-                    why=f"no queue's redrive policy targets {queue_name(dlq)!r}"
+                found[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(
+                    why="its dead-letter queue is unknown"
                 )
                 continue
-            ready.append(letter)
-        if ready:
-            self._after_commit(ready, using=using)
-        results.update({letter.pk: Replayed() for letter in ready})
-        return results
+            if dlq not in sources_of:
+                sources_of[dlq] = self._sources(client, dlq)
+            if not sources_of[dlq]:
+                found[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(
+                    why=f"no queue's redrive policy targets {queue_name(dlq)!r}"
+                )
+        return found
 
     def _seen(self, url: str, message: dict) -> Seen:
         now = timezone.now()
