@@ -17,55 +17,12 @@ Read from settings on each call (cheap, and right under override_settings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from jobqueue.databases import MAX_BACKEND_NAME as MAX_NAME
+from jobqueue.databases import QueueDatabase as QueueBackend
+from jobqueue.databases import queue_database
+from jobqueue.databases import queue_databases as backends
 
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS
-from django.utils.module_loading import import_string
-
-DEFAULT_BACKEND = "default"
-# A backend name in a URL: at most this long (TASKS aliases are short identifiers).
-MAX_NAME = 100
-
-
-@dataclass(frozen=True)
-class QueueBackend:
-    name: str  # the TASKS alias shown and put in URLs
-    database: str  # the DATABASES alias its jobs and dead letters live in
-    aliases: tuple[str, ...] = ()  # every TASKS alias on this database, `name` first
-
-    @property
-    def is_default(self) -> bool:
-        return self == backends()[0]
-
-
-def _is_redrive(config) -> bool:
-    from jobqueue.backend import DatabaseBackend
-
-    try:
-        backend = import_string(config.get("BACKEND", ""))
-    except ImportError:
-        return False  # `manage.py check` and django.tasks say what is wrong with it
-    return isinstance(backend, type) and issubclass(backend, DatabaseBackend)
-
-
-def backends() -> list[QueueBackend]:
-    """The queue databases, each once, the default backend's first, then in TASKS order.
-    Without any Redrive backend: the default database alone, named "default"."""
-    tasks = getattr(settings, "TASKS", {}) or {}
-    names = sorted(tasks, key=lambda name: name != DEFAULT_BACKEND)  # stable: TASKS order
-    found: dict[str, list[str]] = {}
-    for name in names:
-        config = tasks[name] or {}
-        if not _is_redrive(config):
-            continue
-        database = (config.get("OPTIONS") or {}).get("DATABASE", DEFAULT_DB_ALIAS)
-        found.setdefault(database, []).append(name)
-    if not found:
-        return [QueueBackend(DEFAULT_BACKEND, DEFAULT_DB_ALIAS, (DEFAULT_BACKEND,))]
-    return [
-        QueueBackend(aliases[0], database, tuple(aliases)) for database, aliases in found.items()
-    ]
+__all__ = ["MAX_NAME", "QueueBackend", "backends", "choices", "default", "multiple", "named"]
 
 
 def default() -> QueueBackend:
@@ -82,9 +39,7 @@ def named(name: str | None) -> QueueBackend | None:
     one for an empty name, None for a name that is no Redrive backend."""
     if not name:
         return default()
-    if not isinstance(name, str) or len(name) > MAX_NAME:
-        return None
-    return next((b for b in backends() if name in b.aliases), None)
+    return queue_database(name)
 
 
 def of_database(database: str) -> QueueBackend | None:

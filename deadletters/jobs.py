@@ -1,6 +1,10 @@
 """The jobs browser's reads: every job by state, not only dead ones, newest first, keyset-paged;
 and a job's page (its attempts, its dead letter, the replays around it). Payloads are redacted
-as on dead-letter pages."""
+as on dead-letter pages.
+
+Each read is of one queue database (`using`, a TASKS backend's OPTIONS["DATABASE"], see
+deadletters.databases): a job, its letter, its replays and its operators' actions all live in
+the same one; ids repeat across databases."""
 
 from __future__ import annotations
 
@@ -68,8 +72,8 @@ def browser_state(job: Job, now: datetime) -> str:
     return "retrying" if job.attempts else "scheduled"
 
 
-def filtered(f: JobFilter, now: datetime):
-    qs = Job.objects.filter(state_q(f.state, now))
+def filtered(f: JobFilter, now: datetime, using: str = "default"):
+    qs = Job.objects.using(using).filter(state_q(f.state, now))
     if f.task:
         qs = qs.filter(task_path=f.task)
     if f.queue:
@@ -115,10 +119,12 @@ LISTED = (
 )  # fmt: skip
 
 
-def page(f: JobFilter, *, after=None, before=None, size=None, now=None) -> JobPage:
+def page(
+    f: JobFilter, *, after=None, before=None, size=None, now=None, using: str = "default"
+) -> JobPage:
     now = now or timezone.now()
     size = size or conf.get("PAGE_SIZE")
-    qs = filtered(f, now).only(*LISTED)
+    qs = filtered(f, now, using).only(*LISTED)
     if before:
         jobs = list(qs.filter(id__gt=before).order_by("id")[: size + 1])
         more_newer = len(jobs) > size
@@ -135,7 +141,9 @@ def page(f: JobFilter, *, after=None, before=None, size=None, now=None) -> JobPa
         prev_before = jobs[0].id if jobs and after else None
     dead = [job.id for job in jobs if job.state == JobState.DEAD]
     letters = dict(
-        DeadLetter.objects.filter(job_id__in=dead).values_list("job_id", "id") if dead else []
+        DeadLetter.objects.using(using).filter(job_id__in=dead).values_list("job_id", "id")
+        if dead
+        else []
     )
     rows = [
         Row(
@@ -188,24 +196,32 @@ class JobDetail:
     last_took_ms: float | None = None  # a done job's last (successful) attempt
 
 
-def detail(pk: int, *, now=None) -> JobDetail:
+def detail(pk: int, *, now=None, using: str = "default") -> JobDetail:
     """Raises Job.DoesNotExist."""
     now = now or timezone.now()
-    job = Job.objects.get(pk=pk)
+    job = Job.objects.using(using).get(pk=pk)
     last_took = None
     if job.state == JobState.DONE and job.finished_at and job.last_attempted_at:
         last_took = (job.finished_at - job.last_attempted_at).total_seconds() * 1000
     payload = redaction.redact({"args": job.args, "kwargs": job.kwargs})
     letter = (
-        DeadLetter.objects.filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
+        DeadLetter.objects.using(using)
+        .filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
         .order_by("id")
         .first()
     )
     replayed_from = (
-        DeadLetter.objects.filter(pk=job.replayed_from_id).first() if job.replayed_from_id else None
+        DeadLetter.objects.using(using).filter(pk=job.replayed_from_id).first()
+        if job.replayed_from_id
+        else None
     )
     replays = (
-        list(Job.objects.filter(replayed_from=letter).exclude(pk=job.pk).order_by("id")[:100])
+        list(
+            Job.objects.using(using)
+            .filter(replayed_from=letter)
+            .exclude(pk=job.pk)
+            .order_by("id")[:100]
+        )
         if letter
         else []
     )
@@ -236,7 +252,9 @@ def detail(pk: int, *, now=None) -> JobDetail:
         letter=letter,
         replayed_from=replayed_from,
         replays=replays,
-        actions=list(JobAction.objects.filter(job_id=job.pk).order_by("-at", "-id")[:50]),
+        actions=list(
+            JobAction.objects.using(using).filter(job_id=job.pk).order_by("-at", "-id")[:50]
+        ),
         last_took_ms=last_took,
     )
 
@@ -245,10 +263,12 @@ def _pretty(value) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def matching_ids(f: JobFilter, cap: int, now=None) -> list[int]:
+def matching_ids(f: JobFilter, cap: int, now=None, using: str = "default") -> list[int]:
     """The ids "select all matching" means, newest first; SelectionTooLarge past `cap`."""
     ids = list(
-        filtered(f, now or timezone.now()).order_by("-id").values_list("id", flat=True)[: cap + 1]
+        filtered(f, now or timezone.now(), using)
+        .order_by("-id")
+        .values_list("id", flat=True)[: cap + 1]
     )
     if len(ids) > cap:
         raise SelectionTooLarge(cap)
@@ -262,10 +282,10 @@ class SelectionPreview:
     sample: list[Job]
 
 
-def preview(ids: list[int], action: str, now=None) -> SelectionPreview:
+def preview(ids: list[int], action: str, now=None, using: str = "default") -> SelectionPreview:
     now = now or timezone.now()
-    waiting = Job.objects.filter(pk__in=ids, state=JobState.READY)
+    waiting = Job.objects.using(using).filter(pk__in=ids, state=JobState.READY)
     if action == JobAction.Kind.RUN_NOW:
         waiting = waiting.filter(run_after__gt=now)
-    sample = list(Job.objects.filter(pk__in=ids).only(*LISTED).order_by("-id")[:20])
+    sample = list(Job.objects.using(using).filter(pk__in=ids).only(*LISTED).order_by("-id")[:20])
     return SelectionPreview(total=len(ids), actionable=waiting.count(), sample=sample)

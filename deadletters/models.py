@@ -378,6 +378,8 @@ class JobSelection(models.Model):
     action = models.CharField(max_length=10)  # jobqueue.models.JobAction.Kind
     filter = models.JSONField(default=dict, blank=True)
     job_ids = models.JSONField(default=list)
+    # The queue database the ids are jobs of (jobqueue.databases), where confirming acts.
+    database = models.CharField(max_length=100, default="default")
     created_at = models.DateTimeField()
     applied_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)

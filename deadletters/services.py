@@ -695,27 +695,45 @@ def act_on_schedule(action: str, name: str, *, operator, reason: str, now=None):
     return change(name, actor=actor, reason=reason, now=now)
 
 
-def act_on_jobs(action: str, ids, *, operator, reason: str, now=None) -> list[int]:
-    """Run these queued jobs now or cancel them for an operator (store.job_actions writes each
-    change with its audit row); returns the ids changed."""
+def act_on_jobs(
+    action: str, ids, *, operator, reason: str, now=None, using: str = "default"
+) -> list[int]:
+    """Run these queued jobs of the queue database `using` now or cancel them for an operator
+    (store.job_actions writes each change with its audit row, there); returns the ids changed."""
     change = store.job_actions.run_now if action == "run_now" else store.job_actions.cancel
-    return change(ids, actor=operator.get_username(), reason=reason, now=now)
+    return change(ids, actor=operator.get_username(), reason=reason, now=now, using=using)
 
 
-def freeze_job_selection(*, operator, action: str, ids, filter: dict | None = None, now=None):
-    """Record exactly the job ids an operator previews; confirming acts on these only."""
+def freeze_job_selection(
+    *, operator, action: str, ids, filter: dict | None = None, database="default", now=None
+):
+    """Record exactly the job ids an operator previews, and the queue database they are jobs of;
+    confirming acts on these only, in that database."""
     ids = _selected(ids, "job")
     now = now or timezone.now()
     JobSelection.objects.filter(
         applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
     ).delete()
     return JobSelection.objects.create(
-        operator=operator, action=action, filter=filter or {}, job_ids=ids, created_at=now
+        operator=operator,
+        action=action,
+        filter=filter or {},
+        job_ids=ids,
+        database=database,
+        created_at=now,
     )
 
 
 def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> list[int]:
-    """Carry out a frozen selection once; a second confirm changes nothing."""
+    """Carry out a frozen selection once, in its queue database; a second confirm changes
+    nothing."""
+    from . import databases
+
+    database = selection.database
+    if databases.of_database(database) is None:
+        raise RefusedError(
+            f"Its jobs are in database {database!r}, which no Redrive TASKS backend uses now."
+        )
     now = now or timezone.now()
     with transaction.atomic():
         claimed = JobSelection.objects.filter(pk=selection.pk, applied_at__isnull=True).update(
@@ -725,7 +743,12 @@ def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> li
         raise RefusedError("This selection was already confirmed.")
     try:
         changed = act_on_jobs(
-            selection.action, selection.job_ids, operator=selection.operator, reason=reason, now=now
+            selection.action,
+            selection.job_ids,
+            operator=selection.operator,
+            reason=reason,
+            now=now,
+            using=database,
         )
     except Exception:
         # Chunks done so far stay done (and audited); the state guards skip them on a retry.

@@ -700,24 +700,43 @@ def workflow_detail(request, pk):
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
 
 
+def _backend_echo(backend) -> list[tuple[str, str]]:
+    """`backend` as a filter field for links and forms; none for the default backend, so a
+    single backend's URLs stay as they were."""
+    return [] if backend == databases.default() else [("backend", backend.name)]
+
+
 @require_GET
 @console_view
 def job_list(request):
-    """Every job, not only dead ones: by state, task, queue, key and text, newest first."""
+    """Every job, not only dead ones: by state, task, queue, key and text, newest first; of one
+    backend's queue database (`backend`, the default one's if none)."""
+    backend = _backend(request.GET.get("backend"))
     form = JobFilterForm(request.GET)
     f = _filter(form, request.user)
     cursors = form.cleaned_data
+    echo = _backend_echo(backend) + form.echo()
     context = {
         "form": form,
-        "page": jobs.page(f, after=cursors.get("after"), before=cursors.get("before")),
-        "filter_query": form.query(),
-        "shown_filter": form.echo(),
-        "echo": form.echo(),
+        "page": jobs.page(
+            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
+        ),
+        "filter_query": urlencode(echo),
+        "shown_filter": echo,
+        "echo": echo,
         "states": jobs.STATES,
         "now": timezone.now(),
         "can_act": request.user.has_perm(ACT_ON_JOB),
         "waiting": jobs.WAITING,
         "max_selection": f"{conf.get('MAX_SELECTION'):,}",
+        # Several queue databases: this list is one backend's, the others a link (a whole page:
+        # the heading, tabs and filter say the backend) away.
+        "backend": backend,
+        "several": databases.multiple(),
+        "backend_choices": databases.choices(),
+        "default_backend": databases.default().name,
+        # Appended to each row's links (its page, its dead letter): its backend, unless default.
+        "job_query": databases.query(backend),
     }
     return render_page(request, "deadletters/jobs.html", "job-results", context)
 
@@ -725,61 +744,83 @@ def job_list(request):
 @require_GET
 @console_view
 def job_detail(request, pk):
+    backend = _backend(request.GET.get("backend"))
     try:
-        detail = jobs.detail(pk)
+        detail = jobs.detail(pk, using=backend.database)
     except Job.DoesNotExist:
         raise NotFound("job", pk, JOB_GONE) from None
     context = {
         "d": detail,
         "job": detail.job,
-        "workflow_id": workflows.for_job(detail.job),
+        # Workflows are kept on default: a workflow's page is of the default backend's jobs.
+        "workflow_id": workflows.for_job(detail.job) if backend.database == "default" else None,
         "can_act": request.user.has_perm(ACT_ON_JOB) and detail.state in jobs.WAITING,
+        "backend": backend,
+        "several": databases.multiple(),
+        "job_query": databases.query(backend),
     }
     return render(request, "deadletters/job.html", context)
+
+
+def _job_url(pk, backend) -> str:
+    return reverse("deadletters:job", args=[pk]) + databases.query(backend)
 
 
 @require_POST
 @console_view
 def job_act(request, pk):
-    """Run one queued job now or cancel it, from its page: permission, CSRF, a reason."""
+    """Run one queued job now or cancel it, from its page: permission, CSRF, a reason; in the
+    queue database of the backend its form names (`backend`; none: the default one)."""
     require(request.user, ACT_ON_JOB)
+    backend = _backend(request.POST.get("backend"))
     form = JobActionForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"Nothing changed ({refusal(form)}).")
-        return redirect("deadletters:job", pk=pk)
+        return HttpResponseRedirect(_job_url(pk, backend))
     action = form.cleaned_data["action"]
     changed = services.act_on_jobs(
-        action, [pk], operator=request.user, reason=form.cleaned_data["reason"]
+        action,
+        [pk],
+        operator=request.user,
+        reason=form.cleaned_data["reason"],
+        using=backend.database,
     )
     if changed:
         messages.success(
             request, f"Job {pk} {'is due now' if action == 'run_now' else 'cancelled'}."
         )
         # To its history, which now lists the change.
-        return HttpResponseRedirect(reverse("deadletters:job", args=[pk]) + "#history")
+        return HttpResponseRedirect(_job_url(pk, backend) + "#history")
     why = "for a later time" if action == "run_now" else "(it started, finished or is gone)"
     messages.warning(request, f"Nothing changed: job {pk} is not waiting {why}.")
-    return redirect("deadletters:job", pk=pk)
+    return HttpResponseRedirect(_job_url(pk, backend))
 
 
 @require_POST
 @console_view
 def job_preview(request):
-    """Freeze the chosen jobs (ticked rows, or every row matching the filter) and preview."""
+    """Freeze the chosen jobs (ticked rows, or every row matching the filter) of one backend's
+    queue database (`backend`; none: the default one) and preview."""
     require(request.user, ACT_ON_JOB)
+    backend = _backend(request.POST.get("backend"))
     form = JobSelectionForm(request.POST)
-    back = reverse("deadletters:jobs") + (f"?{form.query()}" if form.is_valid() else "")
+    echo = _backend_echo(backend) + (form.echo() if form.is_valid() else [])
+    back = reverse("deadletters:jobs") + (f"?{urlencode(echo)}" if echo else "")
     try:
         if not form.is_valid():
             raise services.RefusedError(f"Refused: {refusal(form)}")
         if form.cleaned_data["select_all"]:
             f = _filter(form, request.user)
-            ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"))
+            ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"), using=backend.database)
             recorded = dict(form.echo())
         else:
             ids, recorded = form.cleaned_data["ids"], {}
         selection = services.freeze_job_selection(
-            operator=request.user, action=form.cleaned_data["action"], ids=ids, filter=recorded
+            operator=request.user,
+            action=form.cleaned_data["action"],
+            ids=ids,
+            filter=recorded,
+            database=backend.database,
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
@@ -789,11 +830,20 @@ def job_preview(request):
 
 @console_view
 def job_confirm(request, pk):
-    """GET: the preview of a frozen job selection. POST: confirm it with a reason, act."""
+    """GET: the preview of a frozen job selection. POST: confirm it with a reason, act (in the
+    queue database its jobs are of)."""
     require(request.user, ACT_ON_JOB)
     selection = JobSelection.objects.filter(pk=pk, operator=request.user).first()
     if selection is None:
         raise NotFound("selection", pk, "A selection is seen only by the operator who made it.")
+    database = selection.database
+    backend = databases.of_database(database)
+    if backend is None:
+        raise NotFound(
+            "selection",
+            pk,
+            f"Its jobs are in database {database!r}, which no Redrive TASKS backend uses now.",
+        )
     if request.method not in ("GET", "POST"):
         return HttpResponseNotAllowed(["GET", "POST"])
     form = JobConfirmForm(request.POST or None)
@@ -812,12 +862,16 @@ def job_confirm(request, pk):
             )
             # The selection's page, which now says what was done (as a replay's run page).
             return redirect("deadletters:job-confirm", pk=selection.pk)
+    back_filter = _backend_echo(backend) + list((selection.filter or {}).items())
     context = {
         "selection": selection,
-        "preview": jobs.preview(selection.job_ids, selection.action),
+        "preview": jobs.preview(selection.job_ids, selection.action, using=database),
         "form": form,
         "label": dict(JobActionForm.base_fields["action"].choices)[selection.action],
-        "back": reverse("deadletters:jobs") + "?" + urlencode(selection.filter),
+        "back": reverse("deadletters:jobs") + "?" + urlencode(back_filter),
+        "backend": backend,
+        "several": databases.multiple(),
+        "job_query": databases.query(backend),
     }
     return render(
         request, "deadletters/job_confirm.html", context, status=400 if form.errors else 200

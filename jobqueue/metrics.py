@@ -1,7 +1,9 @@
 """/metrics in Prometheus text format, from the same health snapshot as the dashboard.
 
 Guarded: a request needs `Authorization: Bearer <REDRIVE["METRICS_TOKEN"]>` or a staff
-login. Labels are queue and task only, whose number the code bounds.
+login. Labels are queue and task only, whose number the code bounds; with more than one queue
+database (several Redrive TASKS backends, each with its own OPTIONS["DATABASE"]), also
+`backend`, each backend's figures read from its own database.
 
 prometheus-client (the `redrive[metrics]` extra) is imported when the page is served, so a
 project that routes no /metrics never needs it; one that routes it without the extra is told
@@ -9,11 +11,19 @@ so by `manage.py check` (redrive.E002).
 """
 
 import hmac
+import logging
 
+from django.db import DatabaseError
 from django.http import HttpResponse
+from django.utils import timezone
 
 from jobqueue.conf import setting
+from jobqueue.databases import queue_databases
 from jobqueue.health import snapshot
+from jobqueue.logfmt import logfmt
+from jobqueue.loop import first_line
+
+logger = logging.getLogger("jobqueue.metrics")
 
 PER_ROW = [
     ("redrive_jobs_ready", "Due jobs waiting for a worker.", "ready"),
@@ -31,43 +41,95 @@ PER_ROW = [
 
 
 class HealthCollector:
+    """Every figure of every queue database, each read from its own database. With more than
+    one, each sample carries a `backend` label (the TASKS alias the database is named after);
+    with one, the labels are as they always were."""
+
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        health = snapshot()
+        now = timezone.now()
+        known = queue_databases()
+        by = ["backend"] if len(known) > 1 else []
+        parts, up = [], []
+        for q in known:
+            try:
+                parts.append((q.name, snapshot(now=now, using=q.database)))
+            except DatabaseError as exc:
+                if not by:
+                    raise  # the only database: the scrape fails, which Prometheus reports
+                # One database away must not hide the others' figures: it is reported down.
+                logger.warning(
+                    "event=metrics_backend_unreachable backend=%s error=%s",
+                    q.name,
+                    logfmt(first_line(exc)),
+                )
+                up.append((q.name, 0))
+            else:
+                up.append((q.name, 1))
+        if by:
+            family = GaugeMetricFamily(
+                "redrive_backend_up",
+                "1 if the backend's queue database answered this scrape, 0 if not.",
+                labels=by,
+            )
+            for backend, value in up:
+                family.add_metric([backend], value)
+            yield family
+
+        def labelled(backend, *values):
+            return [backend, *values] if by else list(values)
+
         for name, doc, attr in PER_ROW:
-            family = GaugeMetricFamily(name, doc, labels=["queue", "task"])
-            for row in health.rows:
-                family.add_metric([row.queue, row.task], getattr(row, attr))
+            family = GaugeMetricFamily(name, doc, labels=[*by, "queue", "task"])
+            for backend, health in parts:
+                for row in health.rows:
+                    family.add_metric(labelled(backend, row.queue, row.task), getattr(row, attr))
             yield family
         for window in ("5m", "60m"):
             family = GaugeMetricFamily(
                 f"redrive_job_attempts_last_{window}",
                 f"Attempts finished in the last {window}, by outcome.",
-                labels=["queue", "task", "outcome"],
+                labels=[*by, "queue", "task", "outcome"],
             )
-            for row in health.rows:
-                family.add_metric(
-                    [row.queue, row.task, "succeeded"], getattr(row, f"succeeded_{window}")
-                )
-                family.add_metric([row.queue, row.task, "failed"], getattr(row, f"failed_{window}"))
+            for backend, health in parts:
+                for row in health.rows:
+                    for outcome in ("succeeded", "failed"):
+                        family.add_metric(
+                            labelled(backend, row.queue, row.task, outcome),
+                            getattr(row, f"{outcome}_{window}"),
+                        )
             yield family
         paused = GaugeMetricFamily(
-            "redrive_queue_paused", "1 while a queue is paused (workers skip it).", labels=["queue"]
+            "redrive_queue_paused",
+            "1 while a queue is paused (workers skip it).",
+            labels=[*by, "queue"],
         )
-        for queue in health.paused:
-            paused.add_metric([queue], 1)
+        for backend, health in parts:
+            for queue in health.paused:
+                paused.add_metric(labelled(backend, queue), 1)
         yield paused
-        workers = GaugeMetricFamily("redrive_workers", "Registered workers.", labels=["state"])
-        lost = health.totals["lost_workers"]
-        workers.add_metric(["alive"], health.totals["workers"] - lost)
-        workers.add_metric(["lost"], lost)
+        workers = GaugeMetricFamily("redrive_workers", "Registered workers.", labels=[*by, "state"])
+        for backend, health in parts:
+            lost = health.totals["lost_workers"]
+            workers.add_metric(labelled(backend, "alive"), health.totals["workers"] - lost)
+            workers.add_metric(labelled(backend, "lost"), lost)
         yield workers
-        if health.last_success_at:
+        succeeded = [(backend, h.last_success_at) for backend, h in parts if h.last_success_at]
+        if succeeded and by:
+            family = GaugeMetricFamily(
+                "redrive_last_success_timestamp_seconds",
+                "When a job of the backend last succeeded.",
+                labels=by,
+            )
+            for backend, at in succeeded:
+                family.add_metric([backend], at.timestamp())
+            yield family
+        elif succeeded:
             yield GaugeMetricFamily(
                 "redrive_last_success_timestamp_seconds",
                 "When a job last succeeded anywhere.",
-                value=health.last_success_at.timestamp(),
+                value=succeeded[0][1].timestamp(),
             )
 
 
@@ -92,4 +154,13 @@ def metrics(request):
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HealthCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    try:
+        body = generate_latest(registry)
+    except DatabaseError as exc:
+        # The queue database is away: a plain 503 the scraper records (the target is down),
+        # not a traceback page.
+        logger.warning("event=metrics_unavailable error=%s", logfmt(first_line(exc)))
+        return HttpResponse(
+            "the queue database is unreachable\n", status=503, content_type="text/plain"
+        )
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
