@@ -14,6 +14,17 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SECRET_KEY", "redrive-tests-only-" + "k3y" * 16)
 
 
+# The suite's own connections go through a transaction pooler (.ci/run's PgBouncer pass sets
+# JOBQUEUE_POOLER=transaction): a test that needs a session of its own (one backend to find or
+# terminate, a session setting, its own pooler in front of a direct database) skips there.
+POOLED = os.environ.get("JOBQUEUE_POOLER") == "transaction"
+
+
+def needs_direct_session(reason: str):
+    """Skip behind a transaction pooler, saying why the test needs a direct session."""
+    return pytest.mark.skipif(POOLED, reason=f"needs a direct session: {reason}")
+
+
 # A second queue database for the tests of several TASKS backends, each on its own database
 # (tests/deadletters/test_multiple_databases.py); only tests that name it use it.
 SECOND_DATABASE = "queues_b"

@@ -22,11 +22,16 @@ from django.db import connection
 
 from jobqueue.health import snapshot
 from jobqueue.models import Job, JobState
-from tests.conftest import wait_until
+from tests.conftest import needs_direct_session, wait_until
 from tests.faults.harness import check_invariants, enqueue_ledger, unfinished
 from tests.faults.netns import HostProcesses, Hosts, require_netns
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    # quiet() finds a host's sessions by client_port; behind PgBouncer they are the pooler's.
+    needs_direct_session("tells a host's backends by their client_port in pg_stat_activity"),
+]
 
 LOST_AFTER = 7.0  # health: seconds without a worker-record refresh (every 5 s) before "lost"
 LEASE_LOST = re.compile(r"event=lease_lost job_id=(\d+) .*during=(\w+)")

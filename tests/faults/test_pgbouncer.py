@@ -21,13 +21,16 @@ from deadletters import services
 from deadletters.models import ReplayRun
 from jobqueue.models import DeadLetter, DeadLetterState, Job, JobState
 from tests import tasks
-from tests.conftest import Processes, database_url, wait_until
+from tests.conftest import Processes, database_url, needs_direct_session, wait_until
 from tests.factories import UserFactory
 
 PORT = int(os.environ.get("REDRIVE_PGBOUNCER_PORT", "6433"))
 
 pytestmark = [
     pytest.mark.skipif("connection.vendor != 'postgresql'"),
+    # The pooler pass already runs every test through PgBouncer; these put it in front of a
+    # direct test database themselves and KILL its connections to that database at the end.
+    needs_direct_session("puts its own PgBouncer before the direct test database"),
     pytest.mark.django_db(transaction=True),
 ]
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from jobqueue.models import Execution, Job, JobState
 from tests import tasks
-from tests.conftest import wait_until
+from tests.conftest import needs_direct_session, wait_until
 from tests.faults.harness import check_invariants, enqueue_ledger, unfinished
 
 
@@ -48,6 +48,7 @@ def admin_connection():
     return psycopg.connect(**params, autocommit=True)
 
 
+@needs_direct_session("cuts the worker's own backend, found by its application_name")
 def test_terminated_heartbeat_connection_stops_the_worker_trusting_its_lease(workers, tmp_path):
     gate = tmp_path / "gate"
     result = tasks.wait_for_file.enqueue(str(gate), key="heartbeat-cut")
@@ -98,6 +99,7 @@ def test_terminating_every_worker_connection_under_load(workers):
         assert log(proc).count("event=database_error") <= 4 * rounds + 4
 
 
+@needs_direct_session("JOBQUEUE_LOCK_TIMEOUT is a session setting (README: on the role)")
 def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(workers):
     ids = enqueue_ledger(300, "lock", work_ms=1)
     proc = workers.start("--poll", "0.05", env={"JOBQUEUE_LOCK_TIMEOUT": "0.3"})
@@ -112,6 +114,7 @@ def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(worker
     assert set(Job.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {1}
 
 
+@needs_direct_session("its off-plan half sets PGOPTIONS, which PgBouncer does not pass on")
 def test_claims_are_exclusive_and_bounded_even_off_the_usual_plan(workers):
     ids = enqueue_ledger(20_000, "excl", work_ms=0)
     usual = {"JOBQUEUE_LOG_LEVEL": "INFO"}

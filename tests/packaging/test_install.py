@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.conftest import BASE_DIR
+from tests.conftest import BASE_DIR, POOLED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -244,6 +244,13 @@ def make_host_project(tmp_path, wheel, server_database, extras: str) -> HostProj
                 f"'NAME': {db['dbname']!r}, 'HOST': {db['host']!r}, 'PORT': {db['port']!r}, "
                 f"'USER': {db['user']!r}, 'PASSWORD': {db.get('password', '')!r}}}}}\n"
             )
+            if POOLED:
+                # The suite's server is PgBouncer in transaction pooling mode: the host project
+                # is set up as the README's "Behind PgBouncer" says (it then polls).
+                fh.write(
+                    "\nDATABASES['default']['DISABLE_SERVER_SIDE_CURSORS'] = True\n"
+                    "REDRIVE = {'POOLER': 'transaction'}\n"
+                )
         fh.write("\nINSTALLED_APPS += ['shop']\n")
     # Steps 2-4: the settings and urls blocks, as written.
     for _, body in steps[1:4]:
@@ -301,7 +308,8 @@ def test_installs_with_the_django_q2_extra_and_the_bridge_on(tmp_path, wheel, se
     with (project.root / "hostsite" / "settings.py").open("a") as fh:
         fh.write(
             "\nINSTALLED_APPS += ['django_q']\n"
-            "REDRIVE = {'SOURCES': ['jobqueue', 'django_q2']}\n"
+            # Kept: REDRIVE's POOLER, when the suite runs through PgBouncer (make_host_project).
+            "REDRIVE = {**globals().get('REDRIVE', {}), 'SOURCES': ['jobqueue', 'django_q2']}\n"
             "Q_CLUSTER = {'name': 'host', 'orm': 'default', 'max_attempts': 1, 'retry': 60,"
             " 'timeout': 30}\n"
         )
