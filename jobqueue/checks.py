@@ -349,14 +349,37 @@ def check_pooler(app_configs=None, **kwargs):
                 id="redrive.E026",
             )
         )
-    if not isinstance(setting("LISTEN_DSN"), str):
+    dsn = setting("LISTEN_DSN")
+    per_database = isinstance(dsn, dict)
+    if not (isinstance(dsn, str) or per_database) or (
+        per_database
+        and not all(
+            isinstance(alias, str) and alias in settings.DATABASES and isinstance(value, str)
+            for alias, value in dsn.items()
+        )
+    ):
         found.append(
             checks.Error(
-                "REDRIVE['LISTEN_DSN'] must be a connection string.",
-                hint="For example 'host=db.internal port=5432 dbname=app user=redrive'.",
+                "REDRIVE['LISTEN_DSN'] must be a connection string, or a dict of one per "
+                "database alias of DATABASES.",
+                hint="For example 'host=db.internal port=5432 dbname=app user=redrive', or "
+                "{'default': '…dbname=app…', 'queues_b': '…dbname=queues_b…'}.",
                 id="redrive.E027",
             )
         )
+    elif dsn and not per_database:
+        from jobqueue.databases import queue_databases
+
+        if len(queue_databases()) > 1:
+            found.append(
+                checks.Warning(
+                    "REDRIVE['LISTEN_DSN'] is one connection string, but the queues are on "
+                    "several databases: every worker would LISTEN on that one database, and "
+                    "those of the others would not be woken (they poll).",
+                    hint="Give a dict, a direct connection string per database alias.",
+                    id="redrive.W005",
+                )
+            )
     return found
 
 

@@ -9,7 +9,8 @@ logger = logging.getLogger("jobqueue")
 
 
 def listen_params(connection) -> dict | None:
-    """How the wake-up LISTEN connects for `connection`'s database: REDRIVE["LISTEN_DSN"] if set;
+    """How the wake-up LISTEN connects for `connection`'s database: REDRIVE["LISTEN_DSN"] if set
+    (a connection string, or a dict of one per database alias, for queues on several databases);
     else the database's own parameters, except behind a transaction pooler (a LISTEN needs a
     session of its own): None, and the caller polls."""
     from jobqueue.conf import setting
@@ -17,6 +18,8 @@ def listen_params(connection) -> dict | None:
     if connection.vendor != "postgresql":
         return None
     dsn = setting("LISTEN_DSN")
+    if isinstance(dsn, dict):
+        dsn = dsn.get(connection.alias, "")
     if dsn:
         return {"conninfo": dsn}
     if setting("POOLER") == "transaction":

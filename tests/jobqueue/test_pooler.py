@@ -8,8 +8,8 @@ from jobqueue.listener import listen_params
 
 
 class FakeConnection:
-    def __init__(self, vendor):
-        self.vendor = vendor
+    def __init__(self, vendor, alias="default"):
+        self.vendor, self.alias = vendor, alias
 
     def get_connection_params(self):
         return {"dbname": "app", "host": "pooler.internal", "port": 6432}
@@ -35,6 +35,37 @@ def test_the_listen_connection_follows_the_settings(redrive):
     }
 
 
+def test_each_queue_database_listens_through_its_own_dsn(redrive):
+    redrive(
+        POOLER="transaction",
+        LISTEN_DSN={"default": "host=db port=5432 dbname=app", "queues_b": "host=db dbname=b"},
+    )
+    assert listen_params(FakeConnection("postgresql")) == {
+        "conninfo": "host=db port=5432 dbname=app"
+    }
+    assert listen_params(FakeConnection("postgresql", "queues_b")) == {
+        "conninfo": "host=db dbname=b"
+    }
+    # A database the dict does not name: no session to LISTEN on behind the pooler, it polls.
+    assert listen_params(FakeConnection("postgresql", "other")) is None
+
+
+def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive, settings):
+    from tests.conftest import SECOND_DATABASE
+
+    settings.TASKS = {
+        "default": {"BACKEND": "jobqueue.backend.DatabaseBackend"},
+        "b": {
+            "BACKEND": "jobqueue.backend.DatabaseBackend",
+            "OPTIONS": {"DATABASE": SECOND_DATABASE},
+        },
+    }
+    redrive(POOLER="transaction", LISTEN_DSN="host=db dbname=app")
+    assert [e.id for e in check_pooler()] == ["redrive.W005"]
+    redrive(LISTEN_DSN={"default": "host=db dbname=app", SECOND_DATABASE: "host=db dbname=b"})
+    assert check_pooler() == []
+
+
 @pytest.mark.parametrize(
     ("values", "ids"),
     [
@@ -42,6 +73,9 @@ def test_the_listen_connection_follows_the_settings(redrive):
         ({"POOLER": "transaction", "LISTEN_DSN": "postgres://db/app"}, []),
         ({"POOLER": "session", "LISTEN_DSN": ""}, ["redrive.E026"]),
         ({"POOLER": "transaction", "LISTEN_DSN": 5432}, ["redrive.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"default": "host=db"}}, []),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"nowhere": "host=db"}}, ["redrive.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"default": 5432}}, ["redrive.E027"]),
     ],
 )
 def test_the_pooler_settings_are_checked_at_start_up(redrive, values, ids):
