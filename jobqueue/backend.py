@@ -227,7 +227,9 @@ class DatabaseBackend(BaseTaskBackend):
         """
         self.validate_task(task)
         fields, limit = self._row_fields(task), policy("MAX_PAYLOAD_BYTES")
-        news = [self._new_job(fields, limit, args, kwargs) for args, kwargs in calls]
+        # Built as the store reads them, so building and inserting overlap; a call whose
+        # arguments are refused part-way rolls the whole enqueue back.
+        news = (self._new_job(fields, limit, args, kwargs) for args, kwargs in calls)
         results = EnqueuedResults(self, task, store.enqueue_many(news, using=self.database))
         if wants(task_enqueued, log_task_enqueued):
             for result, (_, created) in zip(results, results.outcomes, strict=True):

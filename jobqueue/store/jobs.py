@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import batched, chain
 
 from django.db import DataError, IntegrityError, connections, transaction
 from django.db.models.base import ModelState
@@ -77,13 +78,46 @@ def enqueue(
 def enqueue_many(
     news: Iterable[NewJob], *, now: datetime | None = None, using: str = "default"
 ) -> list[tuple[Job, bool]]:
-    """Bulk enqueue. Keyless jobs go in as one multi-row INSERT per chunk; keyed ones one
+    """Bulk enqueue, in one transaction. `news` may be any iterable, a generator included: it
+    is read a batch (the dialect's SEND_CHUNK) at a time, and on PostgreSQL a batch of plain
+    jobs is sent without waiting for the one before (pipeline mode), so the server inserts one
+    batch while the next is built. Whatever the iterable raises part-way rolls the call back:
+    nothing is written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one
     statement each (ON CONFLICT DO NOTHING on the live-key index)."""
     now = now or timezone.now()
     dialect = dialects.of(using)
     connection = connections[using]
-    news = list(news)
+    batches = batched(news, dialect.SEND_CHUNK)
+    first, second = next(batches, ()), next(batches, None)
+    if second is None:  # most calls: one job, or a few hundred
+        return _enqueue_batch(connection, dialect, first, now, using)
+    results: list[tuple[Job, bool]] = []
+    with transaction.atomic(using=using), dialect.Sender(connection, now) as sender:
+        for batch in chain((first, second), batches):
+            results += _enqueue_batch(connection, dialect, batch, now, using, sender)
+    return results
+
+
+def _plain(job: Job, n: NewJob) -> bool:
+    """No key of any kind: the dialect's hot INSERT takes it as it is."""
+    return (
+        n.unique is None
+        and job.idempotency_key is None
+        and job.ordering_key is None
+        and job.concurrency_key is None
+    )
+
+
+def _enqueue_batch(
+    connection, dialect, news: Sequence[NewJob], now, using, sender=None
+) -> list[tuple[Job, bool]]:
     jobs = [_job_from(n, now) for n in news]
+    results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
+    if sender is not None and all(_plain(job, n) for job, n in zip(jobs, news, strict=True)):
+        sender.send(jobs)  # ids filled in when the sender flushes, before the call returns
+        return results
+    if sender is not None:
+        sender.flush()  # what follows reads as it goes: nothing may be in flight
     keyless = [
         job
         for job, n in zip(jobs, news, strict=True)
@@ -93,7 +127,6 @@ def enqueue_many(
     unique = [
         (i, job, n.unique) for i, (job, n) in enumerate(zip(jobs, news, strict=True)) if n.unique
     ]
-    results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
     # Keyless jobs alone are one statement (its notification included): atomic without a
     # transaction of our own, so a single enqueue costs one round trip.
     with _atomic_if(keyed or unique or len(keyless) > dialect.INSERT_CHUNK, using):

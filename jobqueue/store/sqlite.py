@@ -205,6 +205,29 @@ def insert_many(connection, jobs, *, now):
     Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
 
 
+SEND_CHUNK = INSERT_CHUNK  # jobs a bulk enqueue builds before it writes them
+
+
+class Sender:
+    """A bulk enqueue's batches of plain jobs, each inserted as it comes: SQLite runs in this
+    process, so there is nothing to overlap building a batch with."""
+
+    def __init__(self, connection, now):
+        self.connection, self.now = connection, now
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def send(self, jobs):
+        insert_many(self.connection, jobs, now=self.now)
+
+    def flush(self):
+        pass
+
+
 def notify(connection, queues):
     """SQLite has no notifications: workers poll."""
 

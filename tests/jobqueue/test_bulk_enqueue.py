@@ -1,0 +1,91 @@
+"""Bulk enqueue in batches: a call larger than one batch (the dialect's SEND_CHUNK) is one
+transaction whose batches are built while the previous one is written (PostgreSQL: pipeline
+mode). Whatever goes wrong part-way, in the caller's arguments or in the database, leaves
+nothing written and the connection usable."""
+
+from itertools import count
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.tasks import task_backends
+
+from jobqueue import store
+from jobqueue.errors import InvalidArguments
+from jobqueue.models import Job
+from jobqueue.store import dialects
+from tests import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def chunk():
+    return dialects.of("default").SEND_CHUNK
+
+
+def test_a_call_of_several_batches_writes_every_job_in_call_order():
+    n = 4 * chunk() + 7
+    results = task_backends["default"].enqueue_many(tasks.add, [((i,), {"b": i}) for i in range(n)])
+    ids = [int(result.id) for result in results]
+    assert len(ids) == n and ids == sorted(ids) and len(set(ids)) == n
+    rows = dict(Job.objects.values_list("id", "args"))
+    assert [rows[job_id] for job_id in ids] == [[i] for i in range(n)]
+    assert results[n - 1].kwargs == {"b": n - 1}
+
+
+def test_arguments_refused_in_a_later_batch_write_nothing_not_even_the_batches_sent():
+    n = 3 * chunk()
+    calls = [((i,), {}) for i in range(n)]
+    calls[n - 5] = ((object(),), {})  # built only after two batches went to the database
+    with pytest.raises(InvalidArguments, match="JSON"):
+        task_backends["default"].enqueue_many(tasks.noop, calls)
+    assert not Job.objects.exists()
+    tasks.noop.enqueue(1)  # the connection is fine afterwards
+    assert Job.objects.count() == 1
+
+
+def test_a_generator_that_raises_part_way_writes_nothing():
+    def calls():
+        for i in count():
+            if i == 2 * chunk() + 3:
+                raise RuntimeError("the caller's source broke")
+            yield (i,), {}
+
+    with pytest.raises(RuntimeError, match="source broke"):
+        task_backends["default"].enqueue_many(tasks.noop, calls())
+    assert not Job.objects.exists()
+
+
+def test_a_database_error_in_a_batch_in_flight_rolls_back_every_batch():
+    n = 3 * chunk()
+    news = [store.NewJob(task_path="tests.tasks.noop", args=[i]) for i in range(n)]
+    # Past PostgreSQL's int: the server refuses the second batch while the third is built.
+    news[chunk() + 1].priority = 2**40
+    if connection.vendor == "sqlite":
+        news[chunk() + 1].max_attempts = -1  # SQLite stores any int: its CHECK refuses this
+    with pytest.raises(DatabaseError):
+        store.enqueue_many(news)
+    assert not Job.objects.exists()
+    store.enqueue_many([store.NewJob(task_path="tests.tasks.noop")])
+    assert Job.objects.count() == 1
+
+
+def test_keyed_jobs_among_plain_batches_keep_their_one_job_per_key():
+    first = store.enqueue_many([store.NewJob(task_path="tests.tasks.noop", idempotency_key="k")])
+    n = 3 * chunk()
+    news = [store.NewJob(task_path="tests.tasks.noop", args=[i]) for i in range(n)]
+    news[chunk() + 2].idempotency_key = "k"  # the same key: the existing job comes back
+    news[2 * chunk() + 9].idempotency_key = "fresh"
+    outcomes = store.enqueue_many(news)
+    assert outcomes[chunk() + 2] == (first[0][0], False)
+    assert outcomes[2 * chunk() + 9][1] is True
+    created = [job.pk for job, made in outcomes if made]
+    assert len(created) == n - 1 and None not in created
+    assert Job.objects.count() == n  # the first keyed job and n - 1 new ones
+
+
+def test_a_bulk_enqueue_inside_the_callers_transaction_rolls_back_with_it():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        task_backends["default"].enqueue_many(tasks.noop, [((i,), {}) for i in range(3 * chunk())])
+        assert Job.objects.count() == 3 * chunk()  # readable in the transaction: ids were read
+        raise RuntimeError("the order failed")
+    assert not Job.objects.exists()
