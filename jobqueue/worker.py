@@ -64,6 +64,9 @@ from jobqueue.store import sources
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 
 logger = logging.getLogger("jobqueue.worker")
+# Jobs leased beyond the running ones, at most: the window is a quarter second of work, so the
+# cap binds only jobs of a millisecond or so. 500 drained one process's no-op jobs faster but
+# the shared bench's two workers slower (each grabbed more of a short run), hand-run.
 MAX_PREFETCH = 200
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
 SCHEDULE_INTERVAL = 1.0  # seconds between looks for due schedules (jobqueue.schedules)

@@ -9,7 +9,7 @@ from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
 from jobqueue.outbox import setting
 from jobqueue.relay import Relay, run_in_thread
-from jobqueue.worker import Worker
+from jobqueue.worker import MAX_PREFETCH, Worker
 
 logger = logging.getLogger("jobqueue.worker")
 
@@ -45,7 +45,8 @@ class Command(cli.Command):
             "--prefetch",
             type=cli.integer(0, 10_000),
             default=None,
-            help="Jobs leased beyond the running ones (default: adapts to job duration, <= 100).",
+            help="Jobs leased beyond the running ones (default: a quarter second of work by "
+            f"the jobs' recent durations, at most {MAX_PREFETCH}).",
         )
         parser.add_argument(
             "--backend",
