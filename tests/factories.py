@@ -151,3 +151,32 @@ class ReplayItemFactory(factory.django.DjangoModelFactory):
     outcome = "replayed"
     batch = 1
     at = factory.LazyFunction(timezone.now)
+
+
+# --- a second queue database (tests/conftest.py adds it as SECOND_DATABASE) ---------------------
+
+# Two Redrive TASKS backends, "b" on the second database: ids repeat across the two.
+TWO_BACKENDS = {
+    "default": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {}},
+    "b": {
+        "BACKEND": "jobqueue.backend.DatabaseBackend",
+        "QUEUES": [],
+        "OPTIONS": {"DATABASE": "queues_b"},
+    },
+}
+
+
+class JobB(JobFactory):
+    class Meta:
+        database = "queues_b"
+
+
+class LetterB(DeadLetterFactory):
+    class Meta:
+        database = "queues_b"
+
+    # Explicit ids: on PostgreSQL they take no value of the database's id sequence, so a letter
+    # made with an explicit id elsewhere cannot collide with one made here, and other tests'
+    # letters get the ids they would have had.
+    id = factory.Sequence(lambda n: 8_000_000 + n)
+    job = factory.SubFactory(JobB, dead=True, task_path=factory.SelfAttribute("..task_path"))

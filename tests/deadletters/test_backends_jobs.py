@@ -20,7 +20,7 @@ from django.utils.http import urlencode
 from deadletters.models import JobSelection
 from jobqueue.models import Job, JobAction, JobState
 from tests.conftest import SECOND_DATABASE
-from tests.factories import DeadLetterFactory, JobFactory
+from tests.factories import TWO_BACKENDS, DeadLetterFactory, JobB, JobFactory, LetterB
 
 from .conftest import logged_in, user_with_role
 
@@ -29,27 +29,8 @@ pytestmark = pytest.mark.django_db(databases=["default", B])
 
 JOBS = reverse("deadletters:jobs")
 PREVIEW = reverse("deadletters:job-preview")
-TWO_BACKENDS = {
-    "default": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {}},
-    "b": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {"DATABASE": B}},
-}
 # Explicit ids, the same in both databases (far above what a sequence hands out in a test).
 FIRST_ID = 7_000_000
-
-
-class JobB(JobFactory):
-    class Meta:
-        database = B
-
-
-class LetterB(DeadLetterFactory):
-    class Meta:
-        database = B
-
-    # Explicit ids: on PostgreSQL they take no value of the database's id sequence, so other
-    # tests' letters get the ids they would have had without this file.
-    id = factory.Sequence(lambda n: 8_000_000 + n)
-    job = factory.SubFactory(JobB, dead=True, task_path=factory.SelfAttribute("..task_path"))
 
 
 @pytest.fixture

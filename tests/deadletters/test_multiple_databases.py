@@ -8,7 +8,6 @@ databases, which several tests below rely on to show that the right one is read.
 
 from unittest import mock
 
-import factory
 import pytest
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -19,7 +18,7 @@ from jobqueue.health import snapshot
 from jobqueue.models import DeadLetter, Job, JobState, PausedQueue
 from jobqueue.worker import Worker
 from tests.conftest import SECOND_DATABASE
-from tests.factories import DeadLetterFactory, JobFactory
+from tests.factories import TWO_BACKENDS, DeadLetterFactory, JobB, JobFactory, LetterB
 
 from .conftest import logged_in, user_with_role
 
@@ -30,23 +29,6 @@ pytestmark = BOTH
 LIST = reverse("deadletters:list")
 PREVIEW = reverse("deadletters:preview")
 NOOP = "tests.tasks.noop"
-
-TWO_BACKENDS = {
-    "default": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {}},
-    "b": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {"DATABASE": B}},
-}
-
-
-class JobB(JobFactory):
-    class Meta:
-        database = B
-
-
-class LetterB(DeadLetterFactory):
-    class Meta:
-        database = B
-
-    job = factory.SubFactory(JobB, dead=True, task_path=factory.SelfAttribute("..task_path"))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import json
 import re
 from datetime import timedelta
 
-import factory
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -19,31 +18,12 @@ from jobqueue import store
 from jobqueue.models import JobCounter, WorkerRecord
 from tests.cli import run
 from tests.conftest import SECOND_DATABASE
-from tests.factories import DeadLetterFactory, JobFactory
+from tests.factories import TWO_BACKENDS, JobB, JobFactory, LetterB
 
 B = SECOND_DATABASE
 pytestmark = pytest.mark.django_db(databases=["default", B])
 
-TWO_BACKENDS = {
-    "default": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {}},
-    "b": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": [], "OPTIONS": {"DATABASE": B}},
-}
 TOKEN = "s3cret"
-
-
-class JobB(JobFactory):
-    class Meta:
-        database = B
-
-
-class LetterB(DeadLetterFactory):
-    class Meta:
-        database = B
-
-    # Explicit ids: on PostgreSQL they take no value of the database's id sequence, so other
-    # tests' letters get the ids they would have had without this file.
-    id = factory.Sequence(lambda n: 8_000_000 + n)
-    job = factory.SubFactory(JobB, dead=True, task_path=factory.SelfAttribute("..task_path"))
 
 
 @pytest.fixture
