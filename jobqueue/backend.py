@@ -227,8 +227,11 @@ class DatabaseBackend(BaseTaskBackend):
         """
         self.validate_task(task)
         fields, limit = self._row_fields(task), policy("MAX_PAYLOAD_BYTES")
-        # Built as the store reads them, so building and inserting overlap; a call whose
+        # The caller's calls are read in full first: an iterable that queries as it goes (a
+        # queryset's iterator()) must not run inside the store's pipelined inserts. The rows
+        # are built as the store reads them, so building and inserting overlap; a call whose
         # arguments are refused part-way rolls the whole enqueue back.
+        calls = calls if isinstance(calls, list | tuple) else list(calls)
         news = (self._new_job(fields, limit, args, kwargs) for args, kwargs in calls)
         results = EnqueuedResults(self, task, store.enqueue_many(news, using=self.database))
         if wants(task_enqueued, log_task_enqueued):

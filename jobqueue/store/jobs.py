@@ -81,9 +81,10 @@ def enqueue_many(
     """Bulk enqueue, in one transaction. `news` may be any iterable, a generator included: it
     is read a batch (the dialect's SEND_CHUNK) at a time, and on PostgreSQL a batch of plain
     jobs is sent without waiting for the one before (pipeline mode), so the server inserts one
-    batch while the next is built. Whatever the iterable raises part-way rolls the call back:
-    nothing is written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one
-    statement each (ON CONFLICT DO NOTHING on the live-key index)."""
+    batch while the next is built. So the iterable must not use the database itself (it would
+    run inside the pipeline); whatever it raises part-way rolls the call back: nothing is
+    written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one statement
+    each (ON CONFLICT DO NOTHING on the live-key index)."""
     now = now or timezone.now()
     dialect = dialects.of(using)
     connection = connections[using]

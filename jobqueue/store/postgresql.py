@@ -353,10 +353,10 @@ def insert_many(connection, jobs, *, now):
 class Sender:
     """A bulk enqueue's batches of plain jobs, sent in pipeline mode: each INSERT_MANY goes out
     at once and the caller builds the next batch while the server inserts this one (building a
-    batch costs about a third of inserting it, and one after the other they took that much
-    longer). The ids are read back on flush, which the caller does before it commits or reads
-    anything. Without pipeline mode (psycopg 2, a libpq older than 14) each batch is inserted
-    as it comes."""
+    job's row took 7-8 µs of Python, inserting it ~10.5 µs of the server's: one after the other
+    a 1,000-job call took 17-19 µs a job, overlapped 13.5-15, hand-run). The ids are read back
+    on flush, which the caller does before it commits or reads anything. Without pipeline mode
+    (psycopg 2, a libpq older than 14) each batch is inserted as it comes."""
 
     def __init__(self, connection, now):
         self.connection, self.now = connection, now

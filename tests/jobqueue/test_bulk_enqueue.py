@@ -89,3 +89,17 @@ def test_a_bulk_enqueue_inside_the_callers_transaction_rolls_back_with_it():
         assert Job.objects.count() == 3 * chunk()  # readable in the transaction: ids were read
         raise RuntimeError("the order failed")
     assert not Job.objects.exists()
+
+
+def test_calls_read_from_the_database_as_they_are_enqueued_are_all_written():
+    """A generator of calls that queries as it goes (a queryset's iterator(), a server-side
+    cursor on PostgreSQL) is read in full before any batch is sent: its queries never meet the
+    bulk insert's pipeline."""
+    n = 3 * chunk()
+    seeds = task_backends["default"].enqueue_many(tasks.noop, [((i,), {}) for i in range(n)])
+    seed_ids = sorted(int(r.id) for r in seeds)
+    rows = Job.objects.filter(pk__in=seed_ids).order_by("pk").iterator(chunk_size=7)
+    calls = (((job.pk, Job.objects.filter(pk__lte=job.pk).count()), {}) for job in rows)
+    results = task_backends["default"].enqueue_many(tasks.add, calls)
+    assert [r.args for r in results] == [[pk, n] for n, pk in enumerate(seed_ids, start=1)]
+    assert Job.objects.count() == 2 * n
