@@ -251,6 +251,10 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
+# Settings that take more than one kind of value, and the check that judges them.
+SEVERAL_KINDS = {"LISTEN_DSN": "check_pooler (a string, or a dict per database alias)"}
+
+
 @checks.register(checks.Tags.compatibility, TAG)
 def check_settings(app_configs=None, **kwargs):
     """REDRIVE holds only keys some app declared, each of the kind of its default; settings
@@ -281,7 +285,10 @@ def check_settings(app_configs=None, **kwargs):
             )
             continue
         default, _app = declared[key]
-        # A default of None (off) takes a value of any kind: its app checks it.
+        # A default of None (off) takes a value of any kind: its app checks it; so do the keys
+        # that take more than one kind, each checked by a check of its own.
+        if key in SEVERAL_KINDS:
+            continue
         if default is not None and _kind(value) != _kind(default):
             found.append(
                 checks.Error(

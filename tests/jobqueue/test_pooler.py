@@ -50,6 +50,15 @@ def test_each_queue_database_listens_through_its_own_dsn(redrive):
     assert listen_params(FakeConnection("postgresql", "other")) is None
 
 
+def test_a_listen_dsn_per_database_passes_every_settings_check(redrive):
+    from django.core import checks
+
+    redrive(LISTEN_DSN={"default": "host=db dbname=app"})
+    assert not [e for e in checks.run_checks() if e.id.startswith("redrive.E")]
+    redrive(LISTEN_DSN=["host=db"])  # neither kind: refused once, by the pooler check
+    assert [e.id for e in checks.run_checks() if e.id.startswith("redrive.E")] == ["redrive.E027"]
+
+
 def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive, settings):
     from tests.conftest import SECOND_DATABASE
 
