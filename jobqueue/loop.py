@@ -1,6 +1,7 @@
 """The long-running loops' shared control (worker and relay): stop and backoff, process
 identity, and crash-drill fault points."""
 
+import faulthandler
 import logging
 import os
 import signal
@@ -43,6 +44,11 @@ class Loop:
     def install_signal_handlers(self):
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        # `kill -USR1 <pid>`: every thread's stack to stderr, the process going on as it was:
+        # where a worker that will not stop, or not progress, is waiting (faulthandler writes
+        # from C, so it answers even while a thread holds the GIL or a lock).
+        if hasattr(signal, "SIGUSR1"):
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def _on_signal(self, signum, frame):
         self.signals += 1

@@ -1,4 +1,6 @@
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -153,8 +155,17 @@ class Processes:
     def stop_all(self):
         for proc in self.procs:
             if proc.poll() is None:
+                # Still running at the end (a test that failed waiting for it, most likely):
+                # where its threads were, from its own stack dump (SIGUSR1), shown with the
+                # failure as this teardown's output.
+                proc.send_signal(signal.SIGUSR1)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)  # it does not exit on SIGUSR1: time for the dump
                 proc.kill()
                 proc.wait()
+                lines = Path(proc.log_path).read_text(errors="replace").splitlines()
+                print(f"--- {proc.log_path}, still running at teardown (last lines) ---")
+                print("\n".join(lines[-120:]))
 
 
 @pytest.fixture

@@ -1,0 +1,25 @@
+"""`kill -USR1 <pid>` makes a running worker write every thread's stack to its stderr and go on:
+how an operator sees where a worker that will not stop, or not progress, is waiting."""
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals only")
+
+
+def test_sigusr1_dumps_every_thread_and_the_worker_goes_on(workers):
+    proc = workers.start("--poll", "0.05")
+    log = Path(proc.log_path)
+    wait_until(lambda: "event=worker_started" in log.read_text(), timeout=30)
+    proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: "Current thread" in log.read_text(), timeout=10)
+    dump = log.read_text()
+    assert "_handler_loop" in dump and "_settle_loop" in dump  # every thread, by its function
+    assert proc.poll() is None  # still running
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert "event=worker_stopped" in log.read_text()
