@@ -251,8 +251,9 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-# Settings that take more than one kind of value, and the check that judges them.
-SEVERAL_KINDS = {"LISTEN_DSN": "check_pooler (a string, or a dict per database alias)"}
+# Settings that take more than one kind of value, each judged by a check of its own:
+# LISTEN_DSN (a string, or a dict per database alias) by check_pooler.
+SEVERAL_KINDS = frozenset({"LISTEN_DSN"})
 
 
 @checks.register(checks.Tags.compatibility, TAG)

@@ -128,9 +128,10 @@ def _enqueue_batch(
     unique = [
         (i, job, n.unique) for i, (job, n) in enumerate(zip(jobs, news, strict=True)) if n.unique
     ]
-    # Keyless jobs alone are one statement (its notification included): atomic without a
-    # transaction of our own, so a single enqueue costs one round trip.
-    with _atomic_if(keyed or unique or len(keyless) > dialect.INSERT_CHUNK, using):
+    # Keyless jobs alone are one statement (its notification included; a batch is never more
+    # than SEND_CHUNK): atomic without a transaction of our own, so a single enqueue costs one
+    # round trip.
+    with _atomic_if(keyed or unique, using):
         if keyless:
             _insert(connection, dialect, keyless, now, using)
         for i, job, spec in unique:
@@ -163,10 +164,11 @@ def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> 
     ordered = [
         job for job in jobs if job.ordering_key is not None or job.concurrency_key is not None
     ]
-    if plain:
-        dialect.insert_many(connection, plain, now=now)
-    Job.objects.using(using).bulk_create(ordered)
-    dialect.notify(connection, {job.queue_name for job in ordered if job.run_after <= now})
+    with _atomic_if(plain, using):  # two statements then: both or neither
+        if plain:
+            dialect.insert_many(connection, plain, now=now)
+        Job.objects.using(using).bulk_create(ordered)
+        dialect.notify(connection, {job.queue_name for job in ordered if job.run_after <= now})
 
 
 def _enqueue_unique(connection, dialect, job: Job, spec: Unique, now, using) -> tuple[Job, bool]:

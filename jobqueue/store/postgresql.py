@@ -22,7 +22,6 @@ OUTBOX_ROWS = Rows(OutboxMessage)
 
 NOTIFY_CHANNEL = "jobqueue"
 LOOPS = False  # batches are single statements
-INSERT_CHUNK = 5_000
 
 # A bulk enqueue builds and sends its plain jobs this many at a time (Sender): small enough
 # that the first batch, built before anything can overlap, is short; large enough that each
@@ -339,29 +338,34 @@ def insert_many(connection, jobs, *, now):
         ]
         job.pk = fetch(connection, INSERT_ONE, params)[0][0]
         return
-    for start in range(0, len(jobs), INSERT_CHUNK):
-        chunk = jobs[start : start + INSERT_CHUNK]
-        rows = fetch(
-            connection,
-            INSERT_MANY,
-            {"now": now, "channel": NOTIFY_CHANNEL, "rows": rows_json(chunk)},
-        )
-        for job, (job_id, _) in zip(chunk, rows, strict=True):
-            job.id = job_id  # the attribute itself: Model.pk's setter costs more
+    # One statement: a batch is at most SEND_CHUNK jobs (jobqueue.store.jobs.enqueue_many).
+    _take_ids(jobs, fetch(connection, INSERT_MANY, _insert_many_params(jobs, now)))
+
+
+def _insert_many_params(jobs, now) -> dict:
+    return {"now": now, "channel": NOTIFY_CHANNEL, "rows": rows_json(jobs)}
+
+
+def _take_ids(jobs, rows) -> None:
+    """INSERT_MANY's rows, in the jobs' order: each job its id."""
+    for job, (job_id, _) in zip(jobs, rows, strict=True):
+        job.id = job_id  # the attribute itself: Model.pk's setter costs more
 
 
 class Sender:
     """A bulk enqueue's batches of plain jobs, sent in pipeline mode: each INSERT_MANY goes out
     at once and the caller builds the next batch while the server inserts this one (building a
     job's row took 7-8 µs of Python, inserting it ~10.5 µs of the server's: one after the other
-    a 1,000-job call took 17-19 µs a job, overlapped 13.5-15, hand-run). The ids are read back
-    on flush, which the caller does before it commits or reads anything. Without pipeline mode
-    (psycopg 2, a libpq older than 14) each batch is inserted as it comes."""
+    a 1,000-job call took 17-19.5 µs a job, overlapped 13.5-15.5, hand-run). The ids are read
+    back on flush, which the caller does before it commits or reads anything. Without pipeline
+    mode (psycopg 2, a libpq older than 14) each batch is inserted as it comes."""
 
     def __init__(self, connection, now):
         self.connection, self.now = connection, now
+        self._pipelines = _pipelines()
         self._pipeline: ExitStack | None = None  # holds psycopg's pipeline while one is open
         self._sent: list[tuple] = []  # (cursor, jobs) whose ids are still to be read
+        self._prepare, self._raw = False, None  # set as the pipeline opens (send)
 
     def __enter__(self):
         return self
@@ -378,28 +382,28 @@ class Sender:
         return False
 
     def send(self, jobs):
-        if not _pipelines():
+        if not self._pipelines:
             insert_many(self.connection, jobs, now=self.now)
             return
+        import psycopg
+
         with self.connection.wrap_database_errors:
             if self._pipeline is None:
                 self.connection.ensure_connection()
                 self.connection.validate_no_broken_transaction()
+                # Asked as each pipeline opens: a refusal (_refused_preparing) turns it off.
+                self._prepare = _prepares()
+                raw = self.connection.connection
+                self._raw = _preparing(self.connection) if self._prepare else raw
                 stack = ExitStack()
-                stack.enter_context(self.connection.connection.pipeline())
+                stack.enter_context(self._raw.pipeline())
                 self._pipeline = stack
-            import psycopg
-
-            prepare = _prepares()
-            raw = _preparing(self.connection) if prepare else self.connection.connection
             # Server-side binding, as fetch(): Django's cursors bind on the client, quoting the
             # batch's JSON into the statement's text, and cannot prepare it.
-            cursor = psycopg.Cursor(raw)
+            cursor = psycopg.Cursor(self._raw)
             try:
                 cursor.execute(
-                    INSERT_MANY,
-                    {"now": self.now, "channel": NOTIFY_CHANNEL, "rows": rows_json(jobs)},
-                    prepare=prepare,
+                    INSERT_MANY, _insert_many_params(jobs, self.now), prepare=self._prepare
                 )
             except Exception as exc:
                 _refused_preparing(exc)
@@ -415,8 +419,7 @@ class Sender:
             with self.connection.wrap_database_errors:
                 stack.close()  # sends the sync and receives every result
                 for cursor, jobs in sent:
-                    for job, (job_id, _) in zip(jobs, cursor.fetchall(), strict=True):
-                        job.id = job_id
+                    _take_ids(jobs, cursor.fetchall())
                     cursor.close()
         except DatabaseError as exc:
             _refused_preparing(exc)

@@ -18,7 +18,7 @@ OUTBOX_ROWS = Rows(OutboxMessage)
 _JOB_COLUMNS = JOB_ROWS.columns()
 
 LOOPS = True  # batches are one statement per row: run them under one write lock
-INSERT_CHUNK = 500
+SEND_CHUNK = 500  # jobs a bulk enqueue builds before it writes them (one bulk_create)
 
 LEASE = """
 UPDATE jobqueue_job SET
@@ -202,10 +202,7 @@ def extend(connection, table, leases, *, now, until):
 
 
 def insert_many(connection, jobs, *, now):
-    Job.objects.using(connection.alias).bulk_create(jobs, batch_size=INSERT_CHUNK)
-
-
-SEND_CHUNK = INSERT_CHUNK  # jobs a bulk enqueue builds before it writes them
+    Job.objects.using(connection.alias).bulk_create(jobs)
 
 
 class Sender:

@@ -73,6 +73,14 @@ def test_the_queue_databases_are_the_redrive_backends_each_database_once_default
     assert databases.named("reports") == found[1] and databases.named("") == found[0]
     assert databases.named("immediate") is None and databases.named("../x") is None
     assert databases.multiple()
+    # The same list is jobqueue's own (it imports no other app): /metrics and queuehealth.
+    from jobqueue.databases import queue_database, queue_databases
+
+    assert [(b.name, b.database, b.aliases) for b in found] == [
+        (q.name, q.database, q.aliases) for q in queue_databases()
+    ]
+    assert queue_database("reports").database == B
+    assert queue_database("immediate") is None and queue_database("x" * 101) is None
 
 
 def test_one_backend_looks_as_before(client):

@@ -78,32 +78,6 @@ def samples(family, *labels) -> dict:
     return {tuple(s.labels[name] for name in labels): s.value for s in family.samples}
 
 
-# --- which databases (jobqueue's own list: it imports no other app) ---------------------------
-
-
-def test_the_queue_databases_are_the_redrive_backends_each_once_default_first(settings):
-    from jobqueue.databases import queue_database, queue_databases
-
-    settings.TASKS = {
-        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
-        "b": TWO_BACKENDS["b"],
-        "reports": {"BACKEND": "jobqueue.backend.DatabaseBackend", "OPTIONS": {"DATABASE": B}},
-        "default": TWO_BACKENDS["default"],
-    }
-    assert [(q.name, q.database, q.aliases) for q in queue_databases()] == [
-        ("default", "default", ("default",)),
-        ("b", B, ("b", "reports")),
-    ]
-    assert queue_database("reports").database == B
-    assert queue_database("immediate") is None and queue_database("x" * 101) is None
-    from deadletters import databases
-
-    # The console's list of the same: both say the same backends, named alike.
-    assert [(b.name, b.database, b.aliases) for b in databases.backends()] == [
-        (q.name, q.database, q.aliases) for q in queue_databases()
-    ]
-
-
 # --- /metrics -------------------------------------------------------------------------------
 
 

@@ -103,3 +103,15 @@ def test_calls_read_from_the_database_as_they_are_enqueued_are_all_written():
     results = task_backends["default"].enqueue_many(tasks.add, calls)
     assert [r.args for r in results] == [[pk, n] for n, pk in enumerate(seed_ids, start=1)]
     assert Job.objects.count() == 2 * n
+
+
+def test_plain_and_keyed_jobs_of_one_batch_go_in_together_or_not_at_all():
+    """A batch's plain jobs take the hot INSERT, its concurrency- or ordering-keyed ones the
+    ORM's: two statements, one transaction. The second refused, the first is not kept."""
+    news = [
+        store.NewJob(task_path="tests.tasks.noop", args=[1]),
+        store.NewJob(task_path="tests.tasks.noop", concurrency_key="k", concurrency_limit=-1),
+    ]
+    with pytest.raises(DatabaseError):
+        store.enqueue_many(news)
+    assert not Job.objects.exists()

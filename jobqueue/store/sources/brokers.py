@@ -338,7 +338,9 @@ class BrokerSource(BaseSource):
 
     def unplayable(self, letters) -> dict[int, str]:
         """The letters that cannot go back, each with why (asked of the broker once for all);
-        Unreachable when the broker cannot be asked."""
+        Unreachable when the broker cannot be asked. A source that knows no reason to refuse a
+        letter still asks whether its broker answers, so a replay of it is refused up front."""
+        self.check()
         return {}
 
     def replay_ref(self, letter) -> str | None:
