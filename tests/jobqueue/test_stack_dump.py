@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from jobqueue.models import Job, JobState
+from tests import tasks
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals only")
@@ -14,7 +16,10 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX si
 def test_sigusr1_dumps_every_thread_and_the_worker_goes_on(workers):
     proc = workers.start("--poll", "0.05")
     log = Path(proc.log_path)
-    wait_until(lambda: "event=worker_started" in log.read_text(), timeout=30)
+    # A job done means every thread is up: a handler ran it and the settler recorded it
+    # ("worker_started" is logged before the threads start, so a dump then may miss them).
+    result = tasks.effect.enqueue("dump:1")
+    wait_until(lambda: Job.objects.get(pk=result.id).state == JobState.DONE, timeout=30)
     proc.send_signal(signal.SIGUSR1)
     wait_until(lambda: "Current thread" in log.read_text(), timeout=10)
     dump = log.read_text()
