@@ -1,6 +1,6 @@
 from django.tasks import task
 
-from . import conf, services
+from . import conf
 
 
 # Many attempts: a runner killed with its worker is swept back to ready and resumes the run
@@ -8,4 +8,9 @@ from . import conf, services
 # what is due and enqueueing the next for when the next item is (never sleeping in the slot).
 @task(queue_name=conf.get("REPLAY_QUEUE"), max_attempts=25)
 def carry_out_run(run_id: int, generation: int):
+    # Imported when a run is carried out, not with this module: every worker imports it at
+    # start-up (the task-timeout check reads each app's tasks), and the console's services
+    # pull in most of the console.
+    from . import services
+
     services.run_due(run_id, generation)

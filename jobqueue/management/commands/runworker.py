@@ -8,7 +8,6 @@ from jobqueue.checks import TAG
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
 from jobqueue.outbox import setting
-from jobqueue.relay import Relay, run_in_thread
 from jobqueue.worker import MAX_PREFETCH, Worker
 
 logger = logging.getLogger("jobqueue.worker")
@@ -104,6 +103,10 @@ class Command(cli.Command):
         worker.install_signal_handlers()
         relay_thread = relay = None
         if opts["relay"] or setting("RELAY_IN_WORKER"):
+            # Imported only here: most workers run no relay, and each module loaded is start-up
+            # time for every worker (compiled anew on each start where bytecode is not kept).
+            from jobqueue.relay import Relay, run_in_thread
+
             relay = Relay(relay_id=f"{worker.worker_id}{cli.RELAY_SUFFIX}")
             _stop_relay_on_signals(relay)
             relay_thread = run_in_thread(relay)
