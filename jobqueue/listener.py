@@ -1,7 +1,10 @@
 """The LISTEN thread that wakes a worker or relay when PostgreSQL notifies its channel."""
 
 import logging
+import select
+import socket
 import threading
+from contextlib import suppress
 
 from jobqueue.logfmt import logfmt
 
@@ -34,7 +37,14 @@ def listen_params(connection) -> dict | None:
 class Listener(threading.Thread):
     """LISTEN on a dedicated autocommit connection and set `wake` on each notification (only
     those whose payload is in `payloads`, if given); polling covers any gap while it reconnects.
+
+    It sleeps in select() on its connection and on a socket of its own that stop() writes to,
+    so it ends as soon as it is told (a `--burst` worker waited up to a quarter second for it).
     """
+
+    # The longest it sleeps without looking at its connection: select() wakes it for a
+    # notification, for the server closing the connection and for stop().
+    IDLE_WAIT = 1.0
 
     def __init__(self, params, channel: str, wake: threading.Event, payloads=None, name="listener"):
         super().__init__(name=name, daemon=True)
@@ -43,12 +53,22 @@ class Listener(threading.Thread):
         self.payloads = set(payloads) if payloads else None
         self.wake = wake
         self._stop_event = threading.Event()
+        self._interrupt, self._interrupter = socket.socketpair()
         self.listening = threading.Event()
 
     def stop(self):
         self._stop_event.set()
+        with suppress(OSError):  # already closed: the thread has ended
+            self._interrupter.send(b"\0")
 
     def run(self):
+        try:
+            self._listen()
+        finally:
+            self._interrupt.close()
+            self._interrupter.close()
+
+    def _listen(self):
         import psycopg
 
         backoff = 0.1
@@ -59,9 +79,12 @@ class Listener(threading.Thread):
                     self.listening.set()
                     backoff = 0.1
                     while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=0.25):
+                        # What arrived, and what psycopg kept aside while LISTEN ran; a closed
+                        # connection raises here and is opened again.
+                        for note in conn.notifies(timeout=0):
                             if self.payloads is None or note.payload in self.payloads:
                                 self.wake.set()
+                        select.select([conn.fileno(), self._interrupt], [], [], self.IDLE_WAIT)
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
                 self.listening.clear()
                 logger.debug("event=listener_error error=%s", logfmt(exc))
