@@ -51,7 +51,7 @@ def pytest_configure(config):
         from django.db.backends.sqlite3.features import DatabaseFeatures
 
         with sqlite3.connect(":memory:") as probe:
-            probe.execute("SELECT JSON('{\"a\": \"b\"}')")
+            probe.execute('SELECT JSON(\'{"a": "b"}\')')
         DatabaseFeatures.supports_json_field = True
 
 
