@@ -302,7 +302,8 @@ class Worker(Loop):
         # None: adapt to job duration (about a quarter second of work per handler thread, so
         # quick jobs are claimed a hundred at a time and slow ones are not hoarded).
         self.prefetch = prefetch
-        self._duration_ema = 0.05
+        self._duration_ema = 0.05  # a prior: quick jobs show themselves within a claim or two
+        self._durations_seen = 0
         self.burst = burst
         self.max_jobs = max_jobs
         self.lease_seconds = lease_seconds or policy("LEASE_SECONDS")
@@ -409,6 +410,9 @@ class Worker(Loop):
         self._settler = threading.Thread(target=self._settle_loop, name="settler", daemon=True)
         self._settler.start()
         listener = self.listener = self._start_listener()
+        # Leases are written for lease_seconds: the first heartbeat is due a third of that after
+        # the first claim, not on the step after it.
+        self._last_heartbeat = time.monotonic()
         try:
             self._loop()
             self._drain()
@@ -456,15 +460,20 @@ class Worker(Loop):
             self.wake.wait(SETTLE_INTERVAL if progressed else self._idle_timeout())
 
     def _step(self) -> bool:
-        """Housekeeping, then a claim if the inbox is low; True if it claimed anything."""
+        """A claim if the inbox is low, then housekeeping; True if it claimed anything. The
+        claim comes first so that a worker just started has its handlers busy before it
+        writes its record, looks for due ticks and for brokers' letters (those took 20 ms of
+        round trips and imports before the first claim)."""
         self._revive_handlers()
+        claimed = False if self.stopping else self._claim_if_low()
         self._record_if_due()
         self._schedule_if_due()
         self._sync_sources_if_due()
         self._heartbeat_if_due()
         self._enforce_timeouts()
-        if self.stopping:
-            return False
+        return claimed
+
+    def _claim_if_low(self) -> bool:
         # Asked here, once per step, rather than by handlers once per job.
         self._announce_start = wants(task_started, log_task_started)
         window = self.concurrency + self._prefetch_window()
@@ -542,6 +551,16 @@ class Worker(Loop):
         self._handler_serial += 1
         replacement.start()
         self._threads[n] = replacement
+
+    def _learn_duration(self, seconds: float) -> None:
+        """Fold one job's run time into the estimate the claim window follows: a plain mean
+        over the first jobs (the prior counting as one), then a moving average. Learned as each
+        job returns, not as the settler stores it, so a worker just started claims its full
+        window on its second or third claim rather than its seventh. (Handlers may race here;
+        a lost sample only slows the estimate.)"""
+        self._durations_seen += 1
+        weight = max(0.1, 1.0 / (self._durations_seen + 1))
+        self._duration_ema += weight * (seconds - self._duration_ema)
 
     def _prefetch_window(self) -> int:
         if self.prefetch is not None:
@@ -639,6 +658,8 @@ class Worker(Loop):
                     continue
                 try:
                     outcome = self._execute(job)
+                    if outcome.suspended is None:
+                        self._learn_duration(outcome.duration)
                     # A job may have enqueued another (a batch's completion, a continuation):
                     # a claim that began before it finished cannot call the queue empty.
                     self._executions += 1
@@ -799,7 +820,6 @@ class Worker(Loop):
             if held.lost:
                 self.held.finish(fin.job_id)
                 continue
-            self._duration_ema += 0.1 * (fin.duration - self._duration_ema)
             (failed if fin.error else done).append((held, fin))
         settled = bool(done or failed)
         try:
@@ -997,8 +1017,11 @@ class Worker(Loop):
             return
         try:
             with transaction.atomic(using=self.using):  # the ticks of one look commit together
-                if schedules.enqueue_due(now=now, using=self.using):
+                enqueued = schedules.enqueue_due(now=now, using=self.using)
+                if enqueued:
                     fault_point("in_tick")
+            if enqueued:
+                self.wake.set()  # the step claimed before this: claim the ticks at once
         except DatabaseError:
             raise  # the loop's backoff handles the database
         except Exception:
@@ -1016,17 +1039,22 @@ class Worker(Loop):
         self._last_sources_sync = now_mono
         if self._sources_syncing is not None and self._sources_syncing.is_alive():
             return
-        chosen = sources.syncable()
-        if chosen:
-            self._sources_syncing = threading.Thread(
-                target=self._sync_sources, args=(chosen,), name="redrive-sources", daemon=True
-            )
-            self._sources_syncing.start()
+        self._sources_syncing = threading.Thread(
+            target=self._sync_sources, name="redrive-sources", daemon=True
+        )
+        self._sources_syncing.start()
 
-    def _sync_sources(self, chosen):
+    def _sync_sources(self):
+        # Which sources sync is asked here too: it imports their modules (12 ms of the main
+        # thread's time at start-up).
         from jobqueue.store.sources.brokers import Unreachable
 
         try:
+            try:
+                chosen = sources.syncable()
+            except Exception:
+                logger.exception("event=source_sync_error worker=%s source=*", self.worker_id)
+                return
             for source in chosen:
                 try:
                     done = source.sync(using=self.using)

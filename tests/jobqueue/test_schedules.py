@@ -316,3 +316,17 @@ def test_a_run_now_made_after_the_due_list_was_read_still_counts_as_the_live_run
     )
     assert Job.objects.count() == 1
     assert [o for _, o in outcomes(schedule)] == [Outcome.MANUAL, Outcome.SKIPPED]
+
+
+def test_a_worker_claims_the_tick_it_enqueued_on_its_next_step_without_sleeping():
+    """A step claims before it looks at the schedules: the tick it enqueues wakes its own loop
+    (on SQLite no NOTIFY would), so the job starts on the next step, not a poll later."""
+    from jobqueue.worker import Worker
+
+    make()
+    worker = Worker(clock=lambda: T0 + MINUTE, poll_interval=60)
+    worker.wake.clear()
+    assert not worker._step()  # nothing to claim yet; the tick is enqueued after the claim
+    assert Job.objects.get().state == JobState.READY and worker.wake.is_set()
+    assert worker._step()
+    assert Job.objects.get().state == JobState.RUNNING

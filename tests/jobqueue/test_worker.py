@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, Execution, Job, JobState
-from jobqueue.worker import Worker
+from jobqueue.worker import MAX_PREFETCH, Worker
 from tests import tasks
 from tests.conftest import wait_until
 
@@ -453,3 +453,43 @@ def test_a_prefetched_job_whose_lease_ran_out_before_a_handler_was_free_is_not_s
     assert len(worker.held) == 0
     assert "event=lease_lost" in caplog.text and "during=start" in caplog.text
     assert Job.objects.get(pk=result.id).attempts == 1  # its claim; never run here
+
+
+def test_the_claim_window_follows_job_durations_from_the_first_jobs():
+    """About a quarter second of work per handler, learned as jobs return: a worker just
+    started reaches its full window within a claim or two of quick jobs, and holds nothing
+    beyond its running job once jobs take a second."""
+    worker = Worker(concurrency=1)
+    assert worker._prefetch_window() == 5  # the 50 ms prior
+    for _ in range(6):  # its first claim's jobs
+        worker._learn_duration(0.0001)
+    assert worker._prefetch_window() >= 30  # was 9: the prior outweighed them ten to one
+    for _ in range(60):
+        worker._learn_duration(0.0001)
+    assert worker._prefetch_window() == MAX_PREFETCH
+    for _ in range(60):
+        worker._learn_duration(1.0)
+    assert worker._prefetch_window() == 0
+
+
+def test_a_handler_teaches_the_window_as_its_job_returns_before_the_settler_stores_it():
+    tasks.noop.enqueue(1)
+    worker = Worker(concurrency=1)
+    [job] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
+    worker.held.hold(job)
+    for item in (job, None):
+        worker.inbox.put(item)
+    worker._handler_loop()
+    assert worker._durations_seen == 1 and worker._prefetch_window() > 5
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING  # not settled yet
+
+
+def test_a_step_claims_before_its_housekeeping(monkeypatch):
+    """A worker just started has its handlers busy before it writes its record (and looks for
+    due ticks and brokers' letters): those round trips no longer delay its first job."""
+    tasks.noop.enqueue(1)
+    worker = Worker(concurrency=1, burst=True)
+    states = []
+    monkeypatch.setattr(store, "record_worker", lambda **_: states.append(Job.objects.get().state))
+    assert worker._step()
+    assert states == [JobState.RUNNING]
