@@ -1,7 +1,7 @@
 """The LISTEN thread that wakes a worker or relay when PostgreSQL notifies its channel."""
 
 import logging
-import select
+import selectors
 import socket
 import threading
 from contextlib import suppress
@@ -74,8 +74,15 @@ class Listener(threading.Thread):
         backoff = 0.1
         while not self._stop_event.is_set():
             try:
-                with psycopg.connect(**self.params, autocommit=True) as conn:
+                # A selector, not select(): that refuses descriptors past 1,024, and a worker's
+                # tasks may hold that many files and sockets.
+                with (
+                    psycopg.connect(**self.params, autocommit=True) as conn,
+                    selectors.DefaultSelector() as selector,
+                ):
                     conn.execute(f"LISTEN {self.channel}")
+                    selector.register(conn.fileno(), selectors.EVENT_READ)
+                    selector.register(self._interrupt, selectors.EVENT_READ)
                     self.listening.set()
                     backoff = 0.1
                     while not self._stop_event.is_set():
@@ -84,7 +91,7 @@ class Listener(threading.Thread):
                         for note in conn.notifies(timeout=0):
                             if self.payloads is None or note.payload in self.payloads:
                                 self.wake.set()
-                        select.select([conn.fileno(), self._interrupt], [], [], self.IDLE_WAIT)
+                        selector.select(self.IDLE_WAIT)
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
                 self.listening.clear()
                 logger.debug("event=listener_error error=%s", logfmt(exc))

@@ -1021,7 +1021,10 @@ class Worker(Loop):
                 if enqueued:
                     fault_point("in_tick")
             if enqueued:
-                self.wake.set()  # the step claimed before this: claim the ticks at once
+                # This step claimed before the ticks existed: claim them on the next one, at
+                # once, and a burst worker whose claim found nothing is not done yet.
+                self._claimed_empty = False
+                self.wake.set()
         except DatabaseError:
             raise  # the loop's backoff handles the database
         except Exception:

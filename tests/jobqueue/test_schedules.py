@@ -330,3 +330,13 @@ def test_a_worker_claims_the_tick_it_enqueued_on_its_next_step_without_sleeping(
     assert Job.objects.get().state == JobState.READY and worker.wake.is_set()
     assert worker._step()
     assert Job.objects.get().state == JobState.RUNNING
+
+
+def test_a_burst_worker_runs_the_tick_it_enqueued_before_it_exits(transactional_db):
+    """Its first claim finds nothing; the tick its housekeeping enqueues right after is still
+    a due job, so `--burst` runs it rather than exiting and leaving it for another worker."""
+    from jobqueue.worker import Worker
+
+    make()
+    assert Worker(burst=True, clock=lambda: T0 + MINUTE, poll_interval=0.05).run() == 0
+    assert Job.objects.get().state == JobState.DONE
