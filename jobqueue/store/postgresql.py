@@ -81,12 +81,16 @@ WITH candidates AS (
         LIMIT %(limit)s
     ) AS plain
 ), picked AS MATERIALIZED (
+    -- `state = 'ready'` again here: the candidates were read in this statement's snapshot, and
+    -- a job another claim leased and committed since is locked in its new version (PostgreSQL
+    -- re-checks this WHERE on it, not the candidates' conditions): without it the job would be
+    -- leased a second time while it runs.
     SELECT id FROM jobqueue_job
     WHERE id IN (
         SELECT id FROM candidates WHERE rank <= free
         ORDER BY rank, priority DESC, run_after, id
         LIMIT %(limit)s
-    )
+    ) AND state = 'ready'
     FOR UPDATE SKIP LOCKED
 )"""
 

@@ -6,6 +6,7 @@ import signal
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
@@ -119,3 +120,57 @@ def test_a_tenants_backlog_does_not_starve_another_and_limits_hold_across_worker
             running += 1 if event == "start" else -1
             most = max(most, running)
     assert most == 2  # never more than its limit, though eight handlers were free
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="PostgreSQL's row locks: SQLite claims under its one write lock",
+)
+def test_a_keyed_claim_never_leases_again_what_another_claim_took_while_it_chose(
+    transactional_db,
+):
+    """Both claims read the same jobs as free. The other commits its lease while this one is
+    still choosing (a pause put into its statement, before it locks anything): this one must not
+    lease those jobs a second time (it did: the lock took the new version, running, by id)."""
+    import threading
+
+    import psycopg
+
+    from jobqueue.store import postgresql
+
+    [keyed] = tenant("k", 1)  # a keyed job ready: claims take the keyed statement
+    keyless = int(tasks.noop.using(run_after=T0).enqueue(1).id)
+    now = T0 + timedelta(1)
+    statement = postgresql._CLAIMS[postgresql.CLAIM_KEYED, False, False]
+    paused = statement.replace(
+        "FROM unnest(%(keys)s::text[]) AS key(k)",
+        "FROM unnest(%(keys)s::text[]) AS key(k) CROSS JOIN (SELECT pg_sleep(2)) AS pause",
+        1,
+    )
+    assert paused != statement
+    params = {
+        "now": now, "limit": 10, "lease_until": now + timedelta(minutes=1), "worker_id": "slow",
+        "queues": None, "excluded": None, "keys": ["k"],
+    }  # fmt: skip
+    slow_took = []
+    conninfo = connection.get_connection_params()
+    conninfo = {k: v for k, v in conninfo.items() if k not in {"cursor_factory", "context"}}
+
+    def slow_claim():
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            slow_took.extend(row[0] for row in conn.execute(paused, params).fetchall())
+
+    thread = threading.Thread(target=slow_claim)
+    thread.start()
+    with psycopg.connect(**conninfo, autocommit=True) as admin:
+        wait_until(
+            lambda: admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            ).fetchone()[0],
+            message="the slow claim choosing",
+        )
+    quick_took = {job.pk for job in claim(now=now)}
+    thread.join(timeout=30)
+    assert quick_took == {keyed, keyless}
+    assert slow_took == []
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
