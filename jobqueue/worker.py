@@ -367,11 +367,13 @@ class Worker(Loop):
             return  # no session of our own to set: lock_timeout belongs on the role there
         # A worker cut off inside a transaction (a partition mid-sweep) would keep its row
         # locks until its host came back: the server ends such a session after a lease, so
-        # the rows it locked go to the other hosts.
+        # the rows it locked go to the other hosts. No JIT: the queue's statements take a few
+        # milliseconds, and compiling one whose estimate crosses jit_above_cost took 24.
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, false), "
                 "set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('jit', 'off', false), "
                 "set_config('application_name', %s, false)",
                 [
                     f"{int(policy('LOCK_TIMEOUT') * 1000)}ms",

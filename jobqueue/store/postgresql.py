@@ -3,6 +3,7 @@
 import json
 import logging
 import re
+import time
 from contextlib import ExitStack, suppress
 
 from django.db import DatabaseError
@@ -116,6 +117,43 @@ SELECT {columns} FROM claimed ORDER BY priority DESC, run_after, id
 """
 CLAIM = PICK + LEASE
 CLAIM_KEYED = PICK_KEYED + LEASE
+
+# Queue by queue, for a claim that must leave whole queues out: some are paused, some are under a
+# rate limit (claimed apart), or the worker serves several by name. PICK walks every ready job in
+# priority order and filters those out one by one (a paused queue of 200,000 jobs made each claim
+# take 36 ms instead of 4; several named queues were sorted whole). Here the queues with ready
+# jobs are found with one index probe each (a loose index scan of ready_queue_idx), each served
+# queue gives at most `limit` of its best jobs, locked as they are found, and the best `limit` of
+# those are leased; the others are let go when the transaction ends.
+PICK_BY_QUEUE = """
+WITH RECURSIVE queues(q) AS (
+    (SELECT queue_name FROM jobqueue_job
+     WHERE state = 'ready' AND concurrency_key IS NULL
+     ORDER BY queue_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue_name FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND queue_name > queues.q
+            ORDER BY queue_name LIMIT 1)
+    FROM queues WHERE queues.q IS NOT NULL
+), served AS (
+    SELECT q FROM queues
+    WHERE q IS NOT NULL {queue_filter}
+      AND q NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+), picked AS MATERIALIZED (
+    -- unnest(ARRAY(…)): the planner takes it for ten queues rather than the loose scan's
+    -- hundred, so the statement's estimate stays below JIT's threshold (compiling it took 24 ms).
+    SELECT best.id FROM unnest(ARRAY(SELECT q FROM served)) AS served(q) CROSS JOIN LATERAL (
+        SELECT id, priority, run_after FROM jobqueue_job
+        WHERE queue_name = served.q AND state = 'ready' AND concurrency_key IS NULL
+          AND run_after <= %(now)s AND {order_is_free}
+        ORDER BY priority DESC, run_after, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS best
+    ORDER BY best.priority DESC, best.run_after, best.id
+    LIMIT %(limit)s
+)"""
+CLAIM_BY_QUEUE = PICK_BY_QUEUE + LEASE
 
 # The concurrency keys with ready jobs, one index step per key however many jobs each holds
 # (a loose index scan), at most MAX_KEYS of them per claim.
@@ -456,6 +494,19 @@ _CLAIMS = {
 }
 
 
+_CLAIMS_BY_QUEUE = {
+    (named, excluding): CLAIM_BY_QUEUE.format(
+        queue_filter=("AND q = ANY(%(queues)s)" if named else "")
+        + (" AND q <> ALL(%(excluded)s)" if excluding else ""),
+        returning=JOB_ROWS.columns("j"),
+        columns=JOB_ROWS.columns(),
+        order_is_free=ORDER_IS_FREE,
+    )
+    for named in (False, True)
+    for excluding in (False, True)
+}
+
+
 def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None):
     """Lease jobs without a concurrency key, or with `keys`: those of the given concurrency
     keys (found by ready_keys), in the caller's transaction, which holds them from here on."""
@@ -463,7 +514,11 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
         keys = [row[0] for row in fetch(connection, LOCK_KEYS, {"keys": keys})]
         if not keys:
             return []
-    sql = _CLAIMS[CLAIM if keys is None else CLAIM_KEYED, bool(queues), bool(excluded)]
+        sql = _CLAIMS[CLAIM_KEYED, bool(queues), bool(excluded)]
+    elif excluded or (queues and len(queues) > 1) or _some_queue_paused(connection):
+        sql = _CLAIMS_BY_QUEUE[bool(queues), bool(excluded)]
+    else:
+        sql = _CLAIMS[CLAIM, bool(queues), False]
     params = {
         "now": now,
         "limit": limit,
@@ -474,6 +529,22 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
         "keys": keys,
     }
     return JOB_ROWS.read(connection, fetch(connection, sql, params), **claimed(params))
+
+
+# Whether any queue is paused, per database, looked up at most once a second: it only chooses
+# the statement (both leave paused queues out), so a pause seen a second late costs one slow
+# claim, not a wrong one.
+PAUSED_LOOKUP_SECONDS = 1.0
+_paused_seen: dict[str, tuple[float, bool]] = {}
+
+
+def _some_queue_paused(connection) -> bool:
+    now = time.monotonic()
+    seen = _paused_seen.get(connection.alias)
+    if seen is None or now - seen[0] >= PAUSED_LOOKUP_SECONDS:
+        [(paused,)] = fetch(connection, "SELECT EXISTS (SELECT 1 FROM jobqueue_pausedqueue)", {})
+        seen = _paused_seen[connection.alias] = (now, paused)
+    return seen[1]
 
 
 def ready_keys(connection) -> list[str]:
