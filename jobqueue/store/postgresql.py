@@ -126,16 +126,7 @@ CLAIM_KEYED = PICK_KEYED + LEASE
 # queue gives at most `limit` of its best jobs, locked as they are found, and the best `limit` of
 # those are leased; the others are let go when the transaction ends.
 PICK_BY_QUEUE = """
-WITH RECURSIVE queues(q) AS (
-    (SELECT queue_name FROM jobqueue_job
-     WHERE state = 'ready' AND concurrency_key IS NULL
-     ORDER BY queue_name LIMIT 1)
-    UNION ALL
-    SELECT (SELECT queue_name FROM jobqueue_job
-            WHERE state = 'ready' AND concurrency_key IS NULL AND queue_name > queues.q
-            ORDER BY queue_name LIMIT 1)
-    FROM queues WHERE queues.q IS NOT NULL
-), served AS (
+WITH RECURSIVE queues(q) AS ({queue_source}), served AS (
     SELECT q FROM queues
     WHERE q IS NOT NULL {queue_filter}
       AND q NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
@@ -154,6 +145,17 @@ WITH RECURSIVE queues(q) AS (
     LIMIT %(limit)s
 )"""
 CLAIM_BY_QUEUE = PICK_BY_QUEUE + LEASE
+READY_QUEUES = """
+    (SELECT queue_name FROM jobqueue_job
+     WHERE state = 'ready' AND concurrency_key IS NULL
+     ORDER BY queue_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue_name FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND queue_name > queues.q
+            ORDER BY queue_name LIMIT 1)
+    FROM queues WHERE queues.q IS NOT NULL"""
+# A worker's named queues are its queues as they are: no need to look for the others.
+NAMED_QUEUES = "SELECT DISTINCT unnest(%(queues)s::text[])"
 
 # The concurrency keys with ready jobs, one index step per key however many jobs each holds
 # (a loose index scan), at most MAX_KEYS of them per claim.
@@ -496,8 +498,8 @@ _CLAIMS = {
 
 _CLAIMS_BY_QUEUE = {
     (named, excluding): CLAIM_BY_QUEUE.format(
-        queue_filter=("AND q = ANY(%(queues)s)" if named else "")
-        + (" AND q <> ALL(%(excluded)s)" if excluding else ""),
+        queue_source=NAMED_QUEUES if named else READY_QUEUES,
+        queue_filter=" AND q <> ALL(%(excluded)s)" if excluding else "",
         returning=JOB_ROWS.columns("j"),
         columns=JOB_ROWS.columns(),
         order_is_free=ORDER_IS_FREE,

@@ -74,7 +74,7 @@ def test_a_paused_backlog_is_not_stepped_over_job_by_job(monkeypatch, db):
     assert rows_removed_by_filter(plan) < 100  # the plain claim stepped over all 3,000
 
 
-@pytest.mark.parametrize("left_out", ["paused", "named"])
+@pytest.mark.parametrize("left_out", ["paused", "named", "named twice"])
 def test_queue_by_queue_keeps_one_order_across_queues(left_out, db):
     a_low = enqueue("a", priority=0, age=30)
     b_high = enqueue("b", priority=5)
@@ -84,8 +84,10 @@ def test_queue_by_queue_keeps_one_order_across_queues(left_out, db):
     if left_out == "paused":
         pause("skipped")
         queues = None
-    else:
+    elif left_out == "named":
         queues = ["a", "b", "c"]
+    else:
+        queues = ["c", "a", "b", "c"]
     assert claim(queues, limit=3) == c_high + b_high + c_old
     assert claim(queues, limit=3) == a_low
     assert claim(queues, limit=3) == []
