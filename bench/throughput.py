@@ -15,9 +15,9 @@ measures, in this order:
    the last job done (start-up included), vs the shared peer bench's floor-batch100 (two psycopg
    processes claiming 100 jobs of a minimal table per round trip); worker CPU per job; then one
    worker's resident memory after 10,000 and after --rss-jobs (default 1,000,000) jobs;
-   The drain is run again with its jobs on 100 per-key ordering lines and over 100 concurrency
-   keys (the fair, keyed claim), beside the plain one: the features' cost when used, and (the
-   plain run) that they cost nothing when not;
+   The drain is run again with its jobs on 100 per-key ordering lines, over 100 concurrency
+   keys (the fair, keyed claim), and behind a paused queue of 200,000 older jobs, beside the
+   plain one: the features' cost when used, and (the plain run) that they cost nothing when not;
 4. enqueue→start latency on an idle (long-running) worker woken by LISTEN/NOTIFY, p50/p99;
 5. a rate limit (`--only ratelimit`, not in the default run: it lasts --rate-seconds, 60): four
    workers drain a queue limited to --rate jobs/s; the rate the jobs started at.
@@ -51,6 +51,7 @@ DB = os.environ.get("BENCH_DB", "redrive_bench")
 DB_URL = database_url(DB)
 TASK_PATH = "bench.tasks.noop"
 
+PAUSED_BACKLOG = 200_000  # jobs of a paused queue behind which the drain runs (they stay)
 TARGETS = {
     "single": 0.60,
     "bulk": 0.50,
@@ -100,15 +101,33 @@ def setup_django():
 def reset(conn: psycopg.Connection):
     """Empty the queue tables and vacuum (autovacuum may be off on the bench cluster)."""
     conn.execute("TRUNCATE jobqueue_job RESTART IDENTITY CASCADE")
+    conn.execute("DELETE FROM jobqueue_pausedqueue")
     conn.execute("VACUUM ANALYZE jobqueue_job")
 
 
-def load(conn: psycopg.Connection, n: int, ordering_keys: int = 0, concurrency_keys: int = 0):
+def load(
+    conn: psycopg.Connection,
+    n: int,
+    ordering_keys: int = 0,
+    concurrency_keys: int = 0,
+    paused: int = 0,
+):
     """Put n due no-op jobs in the table with COPY, then vacuum so every run starts alike.
     ordering_keys: spread them over that many per-key ordering lines ("block"), round robin;
-    concurrency_keys: over that many concurrency keys (limit 1,000 each), round robin."""
+    concurrency_keys: over that many concurrency keys (limit 1,000 each), round robin;
+    paused: that many more jobs, an hour older, in a queue that is paused (they stay)."""
     reset(conn)
     now = datetime.now(UTC) - timedelta(seconds=1)
+    if paused:
+        with conn.cursor() as cur, cur.copy(f"COPY jobqueue_job ({COLUMNS}) FROM STDIN") as copy:
+            older = list(copy_row(now - timedelta(hours=1)))
+            older[1] = "paused"  # queue_name
+            for _ in range(paused):
+                copy.write_row(older)
+        conn.execute(
+            "INSERT INTO jobqueue_pausedqueue (queue_name, paused_at, paused_by, reason)"
+            " VALUES ('paused', now(), 'bench', 'a backlog held back')"
+        )
     columns = COLUMNS
     if ordering_keys:
         columns += ", ordering_key, ordering_on_dead"
@@ -329,13 +348,14 @@ def run_workers(
     rss_at=(),
     ordering_keys: int = 0,
     concurrency_keys: int = 0,
+    paused: int = 0,
 ) -> dict:
     """`processes` x `runworker --concurrency C --burst` on n loaded jobs, at a log level (lines
     to /dev/null). The rate counts from spawning the workers, start-up included, as the shared
     bench does; `steady` from the first job's start. rss_at: done counts at which to read the
     first worker's resident memory."""
     with raw() as conn:
-        load(conn, n, ordering_keys, concurrency_keys)
+        load(conn, n, ordering_keys, concurrency_keys, paused)
     cmd = [
         sys.executable, "manage.py", "runworker", "--concurrency", str(concurrency), "--burst"
     ]  # fmt: skip
@@ -457,6 +477,15 @@ def bench_drain(n: int, timeout: float, rss_jobs: int) -> dict:
     )
     line("2 x 1, INFO, 100 concurrency keys", tenants["rate"], floor["rate"])
     results["drain_tenants"] = tenants["rate"] / floor["rate"]
+    # A paused queue holding 200,000 older jobs: claims go queue by queue past it rather than
+    # stepping over its jobs (they stay ready). Beside the plain run, the backlog's cost.
+    held = run_workers(
+        n, processes=2, concurrency=1, level="INFO", timeout=timeout, paused=PAUSED_BACKLOG
+    )
+    line(f"2 x 1, INFO, {PAUSED_BACKLOG:,} paused jobs ahead", held["rate"], floor["rate"])
+    plain = runs[2, 1, "INFO"]
+    log(f"      {held['rate'] / plain['rate']:.2f} of the same drain with no paused queue")
+    results["drain_paused"] = held["rate"] / floor["rate"]
     if rss_jobs:
         small = min(10_000, rss_jobs)
         log(f"\n   memory: one worker (--concurrency 1, INFO) through {rss_jobs:,} jobs")
@@ -645,6 +674,7 @@ def main(argv=None):
     for key, label in [
         ("drain_ordered", "drain, 2 x 1, 100 ordering keys (no target)"),
         ("drain_tenants", "drain, 2 x 1, 100 concurrency keys (no target)"),
+        ("drain_paused", "drain, 2 x 1, 200,000 paused ahead (no target)"),
     ]:
         if key in results:
             log(f"  ----  {label:<46} ratio {results[key]:.2f}")
