@@ -534,8 +534,8 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
 
 
 # Whether any queue is paused, per database, looked up at most once a second: it only chooses
-# the statement (both leave paused queues out), so a pause seen a second late costs one slow
-# claim, not a wrong one.
+# the statement (both leave paused queues out), so a pause seen late costs at most a second of
+# slower claims, never a wrong one.
 PAUSED_LOOKUP_SECONDS = 1.0
 _paused_seen: dict[str, tuple[float, bool]] = {}
 
