@@ -38,11 +38,11 @@ class Listener(threading.Thread):
     """LISTEN on a dedicated autocommit connection and set `wake` on each notification (only
     those whose payload is in `payloads`, if given); polling covers any gap while it reconnects.
 
-    It sleeps in select() on its connection and on a socket of its own that stop() writes to,
-    so it ends as soon as it is told (a `--burst` worker waited up to a quarter second for it).
+    It sleeps in a selector on its connection and on a socket of its own that stop() writes
+    to, so it ends as soon as it is told (a `--burst` worker waited up to a quarter second).
     """
 
-    # The longest it sleeps without looking at its connection: select() wakes it for a
+    # The longest it sleeps without looking at its connection: the selector wakes it for a
     # notification, for the server closing the connection and for stop().
     IDLE_WAIT = 1.0
 

@@ -157,14 +157,14 @@ def _enqueue_batch(
 def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
     """Insert keyless jobs. Those with an ordering or concurrency key (few) go through the ORM's
     insert, so the dialects' hot statements carry no such columns for the jobs that have none."""
-    plain = [job for job in jobs if job.ordering_key is None and job.concurrency_key is None]
-    if len(plain) == len(jobs):
-        dialect.insert_many(connection, jobs, now=now)
+    plain, ordered = [], []
+    for job in jobs:
+        keyed = job.ordering_key is not None or job.concurrency_key is not None
+        (ordered if keyed else plain).append(job)
+    if not ordered:
+        dialect.insert_many(connection, plain, now=now)
         return
-    ordered = [
-        job for job in jobs if job.ordering_key is not None or job.concurrency_key is not None
-    ]
-    with _atomic_if(plain, using):  # two statements then: both or neither
+    with transaction.atomic(using=using):  # several statements: all or none
         if plain:
             dialect.insert_many(connection, plain, now=now)
         Job.objects.using(using).bulk_create(ordered)

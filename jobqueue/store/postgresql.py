@@ -480,8 +480,9 @@ def _pipelines() -> bool:
     return psycopg.Pipeline.is_supported()
 
 
-# One statement per shape: every queue or named ones, with or without queues left out (those
-# under a rate limit, claimed apart: jobqueue.store.jobs.claim); plain or keyed.
+# One statement per shape: every queue or named ones; plain, or keyed with or without queues
+# left out (those under a rate limit, claimed apart: jobqueue.store.jobs.claim). A plain claim
+# that leaves queues out goes queue by queue (_CLAIMS_BY_QUEUE).
 _CLAIMS = {
     (template, named, excluding): template.format(
         queue_filter=("AND queue_name = ANY(%(queues)s)" if named else "")
@@ -492,7 +493,7 @@ _CLAIMS = {
     )
     for template in (CLAIM, CLAIM_KEYED)
     for named in (False, True)
-    for excluding in (False, True)
+    for excluding in ((False, True) if template is CLAIM_KEYED else (False,))
 }
 
 
@@ -537,6 +538,7 @@ def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=No
 # the statement (both leave paused queues out), so a pause seen late costs at most a second of
 # slower claims, never a wrong one.
 PAUSED_LOOKUP_SECONDS = 1.0
+ANY_PAUSED = "SELECT EXISTS (SELECT 1 FROM jobqueue_pausedqueue)"
 _paused_seen: dict[str, tuple[float, bool]] = {}
 
 
@@ -544,7 +546,7 @@ def _some_queue_paused(connection) -> bool:
     now = time.monotonic()
     seen = _paused_seen.get(connection.alias)
     if seen is None or now - seen[0] >= PAUSED_LOOKUP_SECONDS:
-        [(paused,)] = fetch(connection, "SELECT EXISTS (SELECT 1 FROM jobqueue_pausedqueue)", {})
+        [(paused,)] = fetch(connection, ANY_PAUSED, {})
         seen = _paused_seen[connection.alias] = (now, paused)
     return seen[1]
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from jobqueue import store
 from jobqueue.models import DeadLetter, Job, JobState
 from tests import tasks
-from tests.conftest import wait_until
+from tests.conftest import database_url, wait_until
 
 T0 = timezone.now()
 
@@ -153,16 +153,15 @@ def test_a_keyed_claim_never_leases_again_what_another_claim_took_while_it_chose
         "queues": None, "excluded": None, "keys": ["k"],
     }  # fmt: skip
     slow_took = []
-    conninfo = connection.get_connection_params()
-    conninfo = {k: v for k, v in conninfo.items() if k not in {"cursor_factory", "context"}}
+    url = database_url(connection)
 
     def slow_claim():
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             slow_took.extend(row[0] for row in conn.execute(paused, params).fetchall())
 
     thread = threading.Thread(target=slow_claim)
     thread.start()
-    with psycopg.connect(**conninfo, autocommit=True) as admin:
+    with psycopg.connect(url, autocommit=True) as admin:
         wait_until(
             lambda: admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
