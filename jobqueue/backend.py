@@ -203,13 +203,7 @@ class DatabaseBackend(BaseTaskBackend):
 
     @staticmethod
     def _new_job(fields: dict, limit: int, args, kwargs) -> store.NewJob:
-        try:
-            args, kwargs = store.normalized(list(args)), store.normalized(dict(kwargs))
-            encoded = store.check_payload(args, kwargs, limit)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidArguments(
-                f"Task arguments must be JSON-serialisable and storable: {exc}"
-            ) from exc
+        args, kwargs, encoded = _arguments(limit, args, kwargs)
         return store.NewJob(args=args, kwargs=kwargs, encoded=encoded, **fields)
 
     def enqueue(self, task, args, kwargs):
@@ -232,8 +226,12 @@ class DatabaseBackend(BaseTaskBackend):
         # are built as the store reads them, so building and inserting overlap; a call whose
         # arguments are refused part-way rolls the whole enqueue back.
         calls = calls if isinstance(calls, list | tuple) else list(calls)
-        news = (self._new_job(fields, limit, args, kwargs) for args, kwargs in calls)
-        results = EnqueuedResults(self, task, store.enqueue_many(news, using=self.database))
+        arguments = (_arguments(limit, args, kwargs) for args, kwargs in calls)
+        results = EnqueuedResults(
+            self,
+            task,
+            store.enqueue_calls(store.NewJob(**fields), arguments, using=self.database),
+        )
         if wants(task_enqueued, log_task_enqueued):
             for result, (_, created) in zip(results, results.outcomes, strict=True):
                 if created:
@@ -286,6 +284,18 @@ class DatabaseBackend(BaseTaskBackend):
         if job.state == JobState.DONE:
             object.__setattr__(result, "_return_value", job.return_value)
         return result
+
+
+def _arguments(limit: int, args, kwargs) -> tuple[list, dict, tuple[str, str]]:
+    """One call's arguments as a TaskResult holds them, and their JSON as a row stores it."""
+    try:
+        args = store.normalized(args if type(args) is list else list(args))
+        kwargs = store.normalized(kwargs if type(kwargs) is dict else dict(kwargs))
+        return args, kwargs, store.check_payload(args, kwargs, limit)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArguments(
+            f"Task arguments must be JSON-serialisable and storable: {exc}"
+        ) from exc
 
 
 class EnqueuedResults(Sequence):

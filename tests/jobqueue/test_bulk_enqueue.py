@@ -115,3 +115,26 @@ def test_plain_and_keyed_jobs_of_one_batch_go_in_together_or_not_at_all():
     with pytest.raises(DatabaseError):
         store.enqueue_many(news)
     assert not Job.objects.exists()
+
+
+def test_rows_of_one_task_share_its_columns_but_nothing_a_job_may_change():
+    """store.enqueue_calls sets a task's shared columns once and copies them per row: each job
+    still gets its own arguments, lists and model state, and is what enqueue_many makes of the
+    same call."""
+    backend = task_backends["default"]
+    results = backend.enqueue_many(tasks.add, [((i,), {"b": [i]}) for i in range(chunk() + 2)])
+    first, second = (job for job, _ in results.outcomes[:2])
+    for attribute in ("args", "kwargs", "worker_ids", "errors", "_state"):
+        assert getattr(first, attribute) is not getattr(second, attribute), attribute
+    first.errors.append({"attempt": 1})
+    first.kwargs["b"].append("changed")
+    assert second.errors == [] and second.kwargs == {"b": [1]}
+    [(alone, _)] = store.enqueue_many(
+        [backend._new_job(backend._row_fields(tasks.add), 10_000, (0,), {"b": [0]})],
+        now=first.enqueued_at,
+    )
+    differ = {"_state", "id", "kwargs", "errors"}  # the ids, and what this test changed
+    assert {k: v for k, v in vars(alone).items() if k not in differ} == {
+        k: v for k, v in vars(first).items() if k not in differ
+    }
+    assert Job.objects.get(pk=second.pk).kwargs == {"b": [1]}
