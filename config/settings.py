@@ -35,7 +35,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
-    "django_q",
     "axes",
     "config.apps.ProjectConfig",
     "jobqueue",
@@ -274,6 +273,12 @@ REDRIVE = {
     "SQS_DEAD_LETTERS": _env_json("REDRIVE_SQS_DEAD_LETTERS"),
     "SOURCES_SYNC_SECONDS": _env("REDRIVE_SOURCES_SYNC_SECONDS", 60.0, float),
 }
+# django-q2's app only while its bridge is a source: loading it imports its settings module,
+# which imports croniter and prometheus_client when they are installed, a cost every worker and
+# web process would otherwise pay at start-up for nothing.
+if "django_q2" in REDRIVE["SOURCES"]:
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("axes"), "django_q")
+
 # Payload keys whose values are masked: case-insensitive regular expressions searched in each
 # key; a comma list replaces the default (deadletters/conf.py).
 if os.environ.get("DEADLETTERS_REDACT_PATTERNS"):
