@@ -15,6 +15,12 @@ import json
 from django.db.models import JSONField, Model
 from django.db.models.base import ModelState
 
+# The stdlib decoder's scanner, called directly: json.loads adds two calls and two whitespace
+# matches around it, as long as the scan itself for a claimed job's small documents (hand-run:
+# 3.1 against 1.0 us for {"i": 12345}). The database writes no whitespace around a document;
+# anything the scanner does not take whole goes to json.loads, for its result or its error.
+_scan = json.JSONDecoder().scan_once
+
 
 def _json_from_db(value, expression, connection):
     """JSONField.from_db_value for the default decoder, with the empty list and object every job
@@ -23,6 +29,12 @@ def _json_from_db(value, expression, connection):
         return []
     if value == "{}":
         return {}
+    try:
+        decoded, end = _scan(value, 0)
+        if end == len(value):
+            return decoded
+    except (StopIteration, TypeError):
+        pass
     try:
         return json.loads(value)
     except json.JSONDecodeError:
