@@ -69,7 +69,44 @@ def test_a_claimed_job_is_the_row_as_the_orm_reads_it():
         for field in Job._meta.concrete_fields:
             mine, theirs = getattr(job, field.attname), getattr(row, field.attname)
             assert mine == theirs and type(mine) is type(theirs), field.attname
+            # Timestamps in the same zone object too (PostgreSQL's claim reads them with
+            # psycopg's loader alone where Django's would give UTC anyway).
+            assert getattr(mine, "tzinfo", None) is getattr(theirs, "tzinfo", None), field.attname
         assert job._state.adding is False and job._state.db == "default"
+
+
+@pytest.mark.parametrize(
+    ("zone", "djangos"), [(None, False), ("Europe/Paris", True), ("UTC (by name)", True)]
+)
+def test_a_claim_reads_timestamps_with_djangos_loader_unless_its_zone_is_utc(
+    monkeypatch, zone, djangos
+):
+    """Django gives each timestamp the connection's zone (DATABASES TIME_ZONE): the claim reads
+    them with psycopg's loader alone only where that zone is datetime.UTC itself (a ZoneInfo
+    named UTC would differ in its tzinfo)."""
+    from zoneinfo import ZoneInfo
+
+    import psycopg
+    from django.db import connection
+
+    from jobqueue.store.postgresql import _utc_timestamps
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the timestamp loader is PostgreSQL's")
+    connection.ensure_connection()
+    if zone is not None:
+        name = "UTC" if zone.startswith("UTC") else zone
+        monkeypatch.setitem(connection.__dict__, "timezone", ZoneInfo(name))
+    cursor = psycopg.Cursor(connection.connection)
+    before = cursor.adapters.get_loader(
+        cursor.adapters.types["timestamptz"].oid, psycopg.pq.Format.TEXT
+    )
+    _utc_timestamps(connection, cursor)
+    after = cursor.adapters.get_loader(
+        cursor.adapters.types["timestamptz"].oid, psycopg.pq.Format.TEXT
+    )
+    assert (after is before) is djangos
+    assert before.__module__.startswith("django.")
 
 
 def test_claim_takes_at_most_the_limit_in_priority_order():
