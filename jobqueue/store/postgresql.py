@@ -220,25 +220,22 @@ RETURNING id
 """
 
 
-# One statement per chunk: the rows as one JSON document (composed from the payloads' already
-# checked JSON: quoting arrays of text element by element cost more than the INSERT), ids back in
-# input order (RETURNING follows the INSERT … SELECT … ORDER BY order, as Django's bulk_create
-# also relies on), and one notification per queue with due jobs.
+# One statement per chunk: the rows as one JSON document of arrays, composed from the payloads'
+# already checked JSON (quoting arrays of text element by element cost more than the INSERT) and
+# parsed once as jsonb, each row's payloads taken from it as they are (json_to_recordset, which
+# parses each row's fields again, cost the server 7.5 of 25 us a row, hand-run); ids back in input
+# order (RETURNING follows the INSERT … SELECT … ORDER BY order, as Django's bulk_create also
+# relies on), and one notification per queue with due jobs.
 INSERT_MANY = """
 WITH ins AS (
     INSERT INTO jobqueue_job (
         task_path, queue_name, priority, backend, args, kwargs, state, run_after,
         attempts, max_attempts, worker_ids, enqueued_at, errors
     )
-    SELECT t.task_path, t.queue_name, t.priority, t.backend, t.args::jsonb, t.kwargs::jsonb,
-           'ready', t.run_after, 0, t.max_attempts, '[]', %(now)s, '[]'
-    FROM ROWS FROM (
-        json_to_recordset(%(rows)s::json) AS (
-            t text, q text, p int, b text, a json, k json, r timestamptz, m int
-        )
-    ) WITH ORDINALITY AS t(task_path, queue_name, priority, backend, args, kwargs,
-                           run_after, max_attempts, n)
-    ORDER BY t.n
+    SELECT r->>0, r->>1, (r->>2)::int, r->>3, r->6, r->7, 'ready', (r->>4)::timestamptz, 0,
+           (r->>5)::int, '[]', %(now)s, '[]'
+    FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, n)
+    ORDER BY e.n
     RETURNING id, queue_name, run_after
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q)) AS n
@@ -345,9 +342,10 @@ def _preparing(connection):
 
 
 def rows_json(jobs) -> str:
-    """The chunk's rows as a JSON array for INSERT_MANY. Payloads go in as the JSON text
-    check_payload made; what rows share (a bulk enqueue is one task: same task, queue, backend,
-    priority, time and budget) is encoded once."""
+    """The chunk's rows as INSERT_MANY's JSON array: per job [task, queue, priority, backend,
+    run_after, max_attempts, args, kwargs]. Payloads go in as the JSON text check_payload made;
+    what rows share (a bulk enqueue is one task: same task, queue, backend, priority, time and
+    budget) is encoded once."""
     shared: dict[tuple, str] = {}
 
     def head(j) -> str:
@@ -355,17 +353,14 @@ def rows_json(jobs) -> str:
         text = shared.get(key)
         if text is None:
             text = shared[key] = (
-                f'{{"t":{json.dumps(j.task_path)},"q":{json.dumps(j.queue_name)},'
-                f'"p":{int(j.priority)},"b":{json.dumps(j.backend)},'
-                f'"r":"{j.run_after.isoformat()}","m":{int(j.max_attempts)},'
+                f"[{json.dumps(j.task_path)},{json.dumps(j.queue_name)},{int(j.priority)},"
+                f'{json.dumps(j.backend)},"{j.run_after.isoformat()}",{int(j.max_attempts)},'
             )
         return text
 
     return (
         "["
-        + ",".join(
-            f'{head(j)}"a":{j.encoded_payload[0]},"k":{j.encoded_payload[1]}}}' for j in jobs
-        )
+        + ",".join(f"{head(j)}{j.encoded_payload[0]},{j.encoded_payload[1]}]" for j in jobs)
         + "]"
     )
 

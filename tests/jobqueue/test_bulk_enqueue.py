@@ -138,3 +138,50 @@ def test_rows_of_one_task_share_its_columns_but_nothing_a_job_may_change():
         k: v for k, v in vars(first).items() if k not in differ
     }
     assert Job.objects.get(pk=second.pk).kwargs == {"b": [1]}
+
+
+def test_every_column_and_payload_of_a_batched_enqueue_reads_back_as_given():
+    """The batches go to the database as one JSON document each (PostgreSQL) and must come
+    back column for column: mixed tasks, queues, priorities, times and payloads of every
+    shape JSON has, with quotes, escapes and non-ASCII text in keys and values."""
+    from datetime import timedelta
+    from datetime import timezone as tz
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    payloads = [
+        ([], {}),
+        ([1, -2, 3.5, 10**30, True, None], {"k": False}),
+        (['quote " and \\ backslash', "é ü ✓ 🙂", "tab\tnewline\n"], {'ke"y': {"é": []}}),
+        ([{"nested": [[{"deep": "x"}]]}], {"": "", " ": [1e-7, 1.5e-300, 2.0]}),
+    ]
+    news = []
+    for i in range(2 * chunk() + 5):
+        args, kwargs = payloads[i % len(payloads)]
+        news.append(
+            store.NewJob(
+                task_path="tests.tasks.noop" if i % 3 else "tests.tasks.add",
+                queue_name=f"q{i % 2}",
+                priority=i % 5 - 2,
+                run_after=now + timedelta(seconds=i % 4)
+                if i % 7
+                else (now + timedelta(hours=1)).astimezone(tz(timedelta(hours=5, minutes=30))),
+                max_attempts=1 + i % 9,
+                args=args,
+                kwargs=kwargs,
+            )
+        )
+    created = store.enqueue_many(news, now=now)
+    rows = {job.pk: job for job in Job.objects.all()}
+    assert len(rows) == len(news)
+    for (job, _), new in zip(created, news, strict=True):
+        row = rows[job.pk]
+        assert (row.task_path, row.queue_name, row.priority, row.max_attempts) == (
+            new.task_path,
+            new.queue_name,
+            new.priority,
+            new.max_attempts,
+        )
+        assert row.run_after == new.run_after and row.enqueued_at == now
+        assert (row.args, row.kwargs) == (list(new.args), new.kwargs)
