@@ -137,6 +137,21 @@ def test_acknowledge_marks_done_and_keeps_the_return_value():
     assert row.lease_token is None and row.finished_at == at(0.5)
 
 
+def test_one_acknowledgement_stores_each_jobs_own_return_value_of_any_shape():
+    values = [None, "null", 0, False, "", [None], {"a": [1, {"b": 'é \\ "'}]}, 10**20]
+    for _ in values:
+        enqueue()
+    claimed = claim(at(0), limit=len(values))
+    assert store.acknowledge(list(zip(claimed, values, strict=True)), now=at(0.5)) == {
+        job.pk for job in claimed
+    }
+    stored = dict(Job.objects.values_list("pk", "return_value"))
+    assert [stored[job.pk] for job in claimed] == values
+    # A task that returned None stored JSON null, not SQL NULL: the ORM cannot tell them apart,
+    # a filter on the column can.
+    assert Job.objects.filter(return_value__isnull=True).count() == 0
+
+
 def test_stale_acknowledgement_after_reclaim_changes_nothing():
     enqueue()
     [first] = claim(at(0), lease=1)
