@@ -53,9 +53,9 @@ def test_a_paused_backlog_is_not_stepped_over_job_by_job(monkeypatch, db):
     ran = []
     real_fetch = postgresql.fetch
 
-    def recording(conn, sql, params):
+    def recording(conn, sql, params, **options):
         ran.append((sql, params))
-        return real_fetch(conn, sql, params)
+        return real_fetch(conn, sql, params, **options)
 
     monkeypatch.setattr(postgresql, "fetch", recording)
     assert sorted(claim()) == mine
