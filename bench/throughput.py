@@ -674,7 +674,7 @@ def main(argv=None):
     for key, label in [
         ("drain_ordered", "drain, 2 x 1, 100 ordering keys (no target)"),
         ("drain_tenants", "drain, 2 x 1, 100 concurrency keys (no target)"),
-        ("drain_paused", "drain, 2 x 1, 200,000 paused ahead (no target)"),
+        ("drain_paused", f"drain, 2 x 1, {PAUSED_BACKLOG:,} paused ahead (no target)"),
     ]:
         if key in results:
             log(f"  ----  {label:<46} ratio {results[key]:.2f}")

@@ -101,19 +101,12 @@ def enqueue_calls(
     set once rather than per row: building rows took as long as the server took to insert
     them, and it is the part that does not overlap."""
     now = now or timezone.now()
-    base, unique = vars(_job_from(common, now)), common.unique
-
-    def jobs():
-        for args, kwargs, encoded in arguments:
-            row = base.copy()
-            row["_state"] = ModelState()
-            row["args"], row["kwargs"], row["encoded_payload"] = args, kwargs, encoded
-            row["worker_ids"], row["errors"] = [], []
-            job = Job.__new__(Job)
-            job.__dict__ = row
-            yield job, unique
-
-    return _enqueue(jobs(), now, using)
+    shared, unique = _shared_row(common, now), common.unique
+    jobs = (
+        (_job_with(shared.copy(), args, kwargs, encoded), unique)
+        for args, kwargs, encoded in arguments
+    )
+    return _enqueue(jobs, now, using)
 
 
 def _enqueue(
@@ -266,12 +259,20 @@ def _insert_keyed(connection, dialect, job: Job) -> int | None:
 def _job_from(n: NewJob, now: datetime) -> Job:
     """The Job a new row will be, built without Model.__init__: for a bulk enqueue its
     per-field defaults and init signals cost more than the INSERT. Every column is set here
-    (tests/jobqueue/test_store.py checks the list against the model's fields)."""
+    or in _shared_row (tests/jobqueue/test_store.py checks the list against the model's
+    fields)."""
+    return _job_with(
+        _shared_row(n, now),
+        list(n.args),
+        dict(n.kwargs),
+        n.encoded or check_payload(n.args, n.kwargs),
+    )
+
+
+def _shared_row(n: NewJob, now: datetime) -> dict:
+    """The columns of a new job that every call of its task shares: all but its arguments."""
     row = _NEW_ROW.copy()  # copying a built dict costs a third of building one this size
-    row["_state"] = ModelState()
     row["task_path"] = n.task_path
-    row["args"] = list(n.args)
-    row["kwargs"] = dict(n.kwargs)
     row["queue_name"] = n.queue_name
     row["priority"] = n.priority
     row["backend"] = n.backend
@@ -279,13 +280,19 @@ def _job_from(n: NewJob, now: datetime) -> Job:
     row["run_after"] = n.run_after or now
     row["max_attempts"] = n.max_attempts
     row["enqueued_at"] = now
-    row["worker_ids"] = []
-    row["errors"] = []
     row["ordering_key"] = n.ordering_key
     row["ordering_on_dead"] = n.ordering_on_dead
     row["concurrency_key"] = n.concurrency_key
     row["concurrency_limit"] = n.concurrency_limit
-    row["encoded_payload"] = n.encoded or check_payload(n.args, n.kwargs)
+    return row
+
+
+def _job_with(row: dict, args: list, kwargs: dict, encoded: tuple[str, str]) -> Job:
+    """A Job of `row` (taken, not copied) with its own arguments, and the model state and
+    lists that no two jobs may share."""
+    row["_state"] = ModelState()
+    row["args"], row["kwargs"], row["encoded_payload"] = args, kwargs, encoded
+    row["worker_ids"], row["errors"] = [], []
     job = Job.__new__(Job)
     job.__dict__ = row
     return job
