@@ -133,6 +133,9 @@ class Held:
     lost: bool = False
     thread: threading.Thread | None = None  # the handler running it
     returned: bool = False  # its handler is done; the outcome waits to be settled
+    # Its outcome is being stored: the lease-guarded acknowledgement (or failure) decides
+    # whether the lease was lost, not a heartbeat that finds the job no longer running.
+    settling: bool = False
 
 
 class LeaseTable(Mapping):
@@ -196,17 +199,29 @@ class LeaseTable(Mapping):
                 held.returned = True
                 self.busy -= 1
 
-    def lose(self, job: Job) -> None:
+    def lose(self, job: Job) -> bool:
         """The lease is gone. A job not begun is forgotten now (the handler skips it; nothing
-        would report back for it); a running one is marked, its outcome dropped on return."""
+        would report back for it); a running one is marked, its outcome dropped on return.
+
+        False, and nothing changed, for a job no longer held or whose outcome is being stored:
+        its acknowledgement committed (or is about to be refused, and says so itself) while
+        the heartbeat waited for the database, and it is not running to be extended."""
         with self._lock:
             held = self._held.get(job.pk)
-            if held is None:
-                return
+            if held is None or held.settling:
+                return False
             if held.started is None:
                 del self._held[job.pk]
             else:
                 held.lost = True
+            return True
+
+    def settling(self, pairs, on: bool) -> None:
+        """Mark (or, when storing failed and they go back to be tried again, unmark) the
+        jobs whose outcomes the settler is storing."""
+        with self._lock:
+            for held, _ in pairs:
+                held.settling = on
 
     def finish(self, job_id: int) -> Held | None:
         """Settled, released or dropped: no longer ours to vouch for."""
@@ -824,6 +839,7 @@ class Worker(Loop):
                 continue
             (failed if fin.error else done).append((held, fin))
         settled = bool(done or failed)
+        self.held.settling(done + failed, True)
         try:
             if done:
                 self._acknowledge(done)  # empties `done` as it settles each
@@ -839,6 +855,7 @@ class Worker(Loop):
                 self.held.finish(held.job.pk)
                 failed.pop(0)
         except DatabaseError:
+            self.held.settling(done + failed, False)
             for _, fin in done + failed:
                 self.finished.put(fin)
             raise
@@ -1131,10 +1148,9 @@ class Worker(Loop):
         )
         for job in jobs:
             # A job settled (or a workflow suspended) while the extension waited for the
-            # database was not lost: it is simply no longer running.
-            if job.pk not in kept and self.held.get(job.pk) is not None:
+            # database was not lost: it is simply no longer running (LeaseTable.lose).
+            if job.pk not in kept and self.held.lose(job):
                 self._lease_lost(job, "heartbeat")
-                self.held.lose(job)
 
     def _enforce_timeouts(self):
         now_mono = time.monotonic()

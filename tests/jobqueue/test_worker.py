@@ -5,14 +5,14 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 from django.tasks import TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, Execution, Job, JobState
-from jobqueue.worker import MAX_PREFETCH, Worker
+from jobqueue.worker import MAX_PREFETCH, Finished, Worker
 from tests import tasks
 from tests.conftest import wait_until
 
@@ -317,6 +317,93 @@ def test_a_lease_lost_before_its_job_started_is_forgotten_at_once():
     worker._heartbeat_if_due()
     assert list(worker.held) == [claimed[0].pk] and worker.held[claimed[0].pk].lost
     assert worker.stats.leases_lost == 3
+
+
+def heartbeat_inside_acknowledgement(worker, monkeypatch):
+    """Run the worker's heartbeat right after the settler's acknowledgement statement returns
+    and before the settler lets go of the jobs: the moment a heartbeat on the main thread can
+    land in (CI caught one there, reporting a job it had just acknowledged as lost)."""
+    acknowledge = store.acknowledge
+
+    def acknowledge_then_heartbeat(*args, **kwargs):
+        acked = acknowledge(*args, **kwargs)
+        worker._last_heartbeat = 0.0  # due now
+        worker._heartbeat_if_due()
+        return acked
+
+    monkeypatch.setattr(store, "acknowledge", acknowledge_then_heartbeat)
+
+
+def run_claimed(worker, n: int) -> list[Job]:
+    """`n` jobs claimed, run and returned: their outcomes wait for the settler."""
+    for i in range(n):
+        tasks.noop.enqueue(i)
+    claimed = store.claim(worker_id=worker.worker_id, queues=None, limit=n, lease_seconds=30)
+    for job in claimed:
+        worker.held.hold(job)
+        worker.held.returned(worker.held.start(job, None))
+        worker.finished.put(Finished(job.pk, duration=0.01, value=None))
+    return claimed
+
+
+def settle_claimed(worker, n: int, *, before_settle=lambda: None) -> list[Job]:
+    claimed = run_claimed(worker, n)
+    before_settle()
+    assert worker._settle()
+    return claimed
+
+
+def test_a_heartbeat_while_jobs_are_acknowledged_does_not_call_them_lost(monkeypatch, caplog):
+    worker = Worker(poll_interval=0.05, lease_seconds=30)
+    heartbeat_inside_acknowledgement(worker, monkeypatch)
+    with caplog.at_level(logging.INFO, logger="jobqueue.worker"):
+        claimed = settle_claimed(worker, 3)
+    assert "event=lease_lost" not in caplog.text
+    assert worker.stats.leases_lost == 0 and worker.stats.succeeded == 3
+    assert len(worker.held) == 0
+    assert {j.state for j in Job.objects.filter(pk__in=[j.pk for j in claimed])} == {JobState.DONE}
+
+
+def test_a_lease_lost_while_its_outcome_is_stored_is_reported_once_by_the_refused_ack(
+    monkeypatch, caplog
+):
+    """The heartbeat leaves a job being settled to its acknowledgement, which the lease token
+    refuses: one lease_lost, during=acknowledge, and the job is no longer held."""
+    worker = Worker(poll_interval=0.05, lease_seconds=30)
+    heartbeat_inside_acknowledgement(worker, monkeypatch)
+
+    def taken():
+        Job.objects.update(lease_token="taken-by-the-sweep-and-another-worker")
+
+    with caplog.at_level(logging.INFO, logger="jobqueue.worker"):
+        settle_claimed(worker, 1, before_settle=taken)
+    assert caplog.text.count("event=lease_lost") == 1
+    assert "during=acknowledge" in caplog.text
+    assert worker.stats.leases_lost == 1 and worker.stats.succeeded == 0
+    assert len(worker.held) == 0
+
+
+def test_jobs_whose_outcomes_could_not_be_stored_are_watched_by_the_heartbeat_again(
+    monkeypatch, caplog
+):
+    """The database went away during the acknowledgement: the outcomes go back to be stored
+    later, and a lease lost meanwhile is the heartbeat's to report again."""
+    worker = Worker(poll_interval=0.05, lease_seconds=30)
+
+    def database_away(*args, **kwargs):
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(store, "acknowledge", database_away)
+    claimed = run_claimed(worker, 2)
+    with pytest.raises(OperationalError):
+        worker._settle()
+    assert worker.finished.qsize() == 2
+    assert not any(worker.held[j.pk].settling for j in claimed)
+    Job.objects.update(lease_token="taken-by-the-sweep-and-another-worker")
+    with caplog.at_level(logging.INFO, logger="jobqueue.worker"):
+        worker._heartbeat_if_due()
+    assert caplog.text.count("during=heartbeat") == 2
+    assert all(worker.held[j.pk].lost for j in claimed)
 
 
 def test_a_replay_after_the_effect_committed_finishes_without_a_second_effect(tmp_path):
