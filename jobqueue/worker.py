@@ -23,9 +23,10 @@ import time
 import traceback as tb
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from functools import cached_property, lru_cache
+from datetime import UTC, datetime, timedelta
+from functools import cached_property, lru_cache, partial
 
+from django.conf import settings
 from django.db import (
     DatabaseError,
     DataError,
@@ -325,7 +326,13 @@ class Worker(Loop):
         self.poll_interval = poll_interval or policy("POLL_INTERVAL")
         self.grace = grace
         self.sweep_interval = sweep_interval
+        # timezone.now asks the lazy settings for USE_TZ on every call, and a worker asks the
+        # time several times a job: the default clock is the same call with the answer kept.
+        if clock is timezone.now:
+            clock = partial(datetime.now, UTC if settings.USE_TZ else None)
         self.clock = clock
+        # Read once, not per job (_execute checks every payload against it).
+        self.max_payload_bytes = policy("MAX_PAYLOAD_BYTES")
         self.worker_id = worker_id or process_id()
         super().__init__(
             who="jobqueue", kind="worker", ident=self.worker_id, using=using, log=logger
@@ -702,7 +709,7 @@ class Worker(Loop):
             try:
                 if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
                     raise TypeError("args must be a JSON array and kwargs a JSON object")
-                store.check_payload(job.args, job.kwargs)
+                store.check_payload(job.args, job.kwargs, self.max_payload_bytes)
                 self.tasks.check_call(job.task_path, job.args, job.kwargs)
             except (TypeError, ValueError) as exc:
                 raise InvalidPayload(f"payload unfit for {job.task_path}: {exc}") from exc

@@ -153,7 +153,7 @@ class BatchResult:
         return "done" if not self.failed else "done_with_failures"
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """The job a handler thread runs now, with the worker's clock and database."""
 
@@ -162,8 +162,10 @@ class Attempt:
     using: str
     lease_seconds: float
     workflow: Workflow | None = None
-    steps: dict[str, WorkflowStep] = field(default_factory=dict)
-    seen: set[str] = field(default_factory=set)
+    # Its steps' records and the step names this run used, made when it begins as a workflow
+    # (_begun): most jobs are not workflows, and an attempt is made for every job run.
+    steps: dict[str, WorkflowStep] | None = None
+    seen: set[str] | None = None
     sleeps: int = 0
     current: str | None = None  # the step running now (step_key)
     in_item: bool = False  # a batch's item task runs now: not a place for steps
@@ -485,6 +487,7 @@ def _begun(what: str) -> Attempt:
         attempt.workflow, attempt.steps = store.workflows.begin(
             attempt.job, now=attempt.clock(), using=attempt.using
         )
+        attempt.seen = set()
     return attempt
 
 
