@@ -217,12 +217,24 @@ class LeaseTable(Mapping):
                 held.lost = True
             return True
 
-    def settling(self, pairs, on: bool) -> None:
-        """Mark (or, when storing failed and they go back to be tried again, unmark) the
-        jobs whose outcomes the settler is storing."""
+    def to_settle(self, job_id: int) -> Held | None:
+        """The claim whose outcome the settler is about to store, marked settling; None if
+        there is nothing to store: no longer held, or its lease lost (then forgotten here)."""
+        with self._lock:
+            held = self._held.get(job_id)
+            if held is None:
+                return None
+            if held.lost:
+                del self._held[job_id]
+                return None
+            held.settling = True
+            return held
+
+    def unsettle(self, pairs) -> None:
+        """Storing these outcomes failed; they go back to be tried again."""
         with self._lock:
             for held, _ in pairs:
-                held.settling = on
+                held.settling = False
 
     def finish(self, job_id: int) -> Held | None:
         """Settled, released or dropped: no longer ours to vouch for."""
@@ -838,15 +850,13 @@ class Worker(Loop):
                 fin = self.finished.get_nowait()
             except queue.Empty:
                 break
-            held = self.held.get(fin.job_id)
-            if held is None or fin.suspended:
-                continue  # given up on (timeout), released, or a workflow waiting
-            if held.lost:
-                self.held.finish(fin.job_id)
-                continue
+            if fin.suspended:
+                continue  # a workflow waiting: let go of already
+            held = self.held.to_settle(fin.job_id)
+            if held is None:
+                continue  # given up on (timeout), released, or its lease lost
             (failed if fin.error else done).append((held, fin))
         settled = bool(done or failed)
-        self.held.settling(done + failed, True)
         try:
             if done:
                 self._acknowledge(done)  # empties `done` as it settles each
@@ -862,7 +872,7 @@ class Worker(Loop):
                 self.held.finish(held.job.pk)
                 failed.pop(0)
         except DatabaseError:
-            self.held.settling(done + failed, False)
+            self.held.unsettle(done + failed)
             for _, fin in done + failed:
                 self.finished.put(fin)
             raise
