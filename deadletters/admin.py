@@ -17,6 +17,19 @@ from .models import ReplayItem, ReplayRun, Reveal, RunEvent, Selection
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     actions = None
+    # Filters a page of ours links to, beyond its list filters' own parameters.
+    url_filters: tuple[str, ...] = ()
+
+    def lookup_allowed(self, lookup, value, request):
+        """Only the filters the page offers. Django's default takes a filter on any of the
+        model's fields, with any lookup, from the URL: a key or regex lookup into a dead
+        letter's hidden payload (shown unmasked only through the console's audited reveal) or
+        into a saved selection's search words, or a malformed one the database refuses (a
+        server error; so is a NUL in a value, on PostgreSQL). A refused one is a 400."""
+        allowed = set(self.url_filters)
+        for name in self.get_list_filter(request):
+            allowed |= {f"{name}__exact", f"{name}__isnull"}
+        return lookup in allowed and "\x00" not in str(value)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -94,6 +107,7 @@ class ReplayRunAdmin(ReadOnlyAdmin):
 class ReplayItemAdmin(ReadOnlyAdmin):
     list_display = ["id", "run", "dead_letter_id", "task_path", "outcome", "job_id", "at"]
     list_filter = ["outcome"]
+    url_filters = ("run__id__exact",)  # ReplayRunAdmin.ledger's link
 
 
 @admin.register(Selection)
