@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
-from django.db import OperationalError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -138,38 +138,46 @@ def start_run(
             .distinct()
         }
     )
-    with transaction.atomic():
-        # Locked so it cannot expire (freeze_selection's clean-up) or be confirmed twice meanwhile.
-        if not Selection.objects.select_for_update().filter(pk=selection.pk).exists():
-            raise RefusedError("This preview has expired: preview the selection again.")
-        run = ReplayRun.objects.create(
-            action=selection.action,
-            selection=selection,
-            operator=operator,
-            operator_name=operator.get_username(),
-            reason=reason,
-            filter=selection.filter,
-            job_types=job_types,
-            allow_poisoned=allow_poisoned and selection.action == Action.REPLAY,
-            batch_size=batch_size,
-            rate=rate,
-            requested=len(ids),
-            canary_size=(
-                canary_size if selection.action == Action.REPLAY and canary_size < len(ids) else 0
-            ),
-            canary_max_dead_share=canary_share,
-            canary_timeout=canary_timeout,
-            created_at=now,
-            updated_at=now,
-            # Two-person rule: over the threshold it waits for a second user's `approve`.
-            **(
-                {"state": RunState.AWAITING}
-                if threshold is not None and len(ids) > threshold
-                else {}
-            ),
-        )
-        if run.state != RunState.AWAITING:
-            _begin(run, now=now, background=background)
+    # A canary as large as the selection is none; a discard has none.
+    canary = canary_size if selection.action == Action.REPLAY and canary_size < len(ids) else 0
+    # Two-person rule: over the threshold it waits for a second user's `approve`.
+    awaiting = threshold is not None and len(ids) > threshold
+    try:
+        with transaction.atomic():
+            # Locked so it cannot expire (freeze_selection's clean-up) or be confirmed twice
+            # meanwhile.
+            if not Selection.objects.select_for_update().filter(pk=selection.pk).exists():
+                raise RefusedError("This preview has expired: preview the selection again.")
+            # Asked again under the lock: a confirmation that committed while this one got here.
+            if ReplayRun.objects.filter(selection=selection).exists():
+                raise RefusedError("This selection has already been confirmed.")
+            run = ReplayRun.objects.create(
+                action=selection.action,
+                selection=selection,
+                operator=operator,
+                operator_name=operator.get_username(),
+                reason=reason,
+                filter=selection.filter,
+                job_types=job_types,
+                allow_poisoned=allow_poisoned and selection.action == Action.REPLAY,
+                batch_size=batch_size,
+                rate=rate,
+                requested=len(ids),
+                canary_size=canary,
+                canary_max_dead_share=canary_share,
+                canary_timeout=canary_timeout,
+                created_at=now,
+                updated_at=now,
+                **({"state": RunState.AWAITING} if awaiting else {}),
+            )
+            if run.state != RunState.AWAITING:
+                _begin(run, now=now, background=background)
+    except IntegrityError:
+        # The same selection confirmed twice at once (a double click) where the lock does not
+        # keep the two apart (SQLite): the second is refused, as it is once the first is in.
+        if ReplayRun.objects.filter(selection=selection).exists():
+            raise RefusedError("This selection has already been confirmed.") from None
+        raise
     return run
 
 

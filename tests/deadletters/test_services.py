@@ -67,6 +67,29 @@ def test_selection_is_confirmed_once_and_only_by_its_operator(operator):
         services.start_run(operator=operator, selection=selection, reason="x")
 
 
+def test_a_selection_confirmed_twice_at_once_is_one_run_and_a_refusal(operator, monkeypatch):
+    """A double click: the second confirmation passes the first "already confirmed?" look
+    while the first is still working out the job types, and commits first (here: run inside
+    that step). The one that comes second is refused, not a server error, and nothing of it
+    is written."""
+    letter = DeadLetterFactory()
+    selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+    chunks, seen = services.in_chunks, []
+
+    def in_chunks_with_a_second_click(ids):
+        if not seen:
+            seen.append(None)  # the second click's own look at the job types goes through
+            seen[0] = services.start_run(operator=operator, selection=selection, reason="2nd")
+        return chunks(ids)
+
+    monkeypatch.setattr(services, "in_chunks", in_chunks_with_a_second_click)
+    with pytest.raises(services.RefusedError, match="already been confirmed"):
+        services.start_run(operator=operator, selection=selection, reason="1st")
+    [run] = ReplayRun.objects.all()
+    assert run == seen[0] and run.reason == "2nd"
+    assert ReplayItem.objects.filter(dead_letter=letter).count() == 1
+
+
 def test_frozen_selection_ignores_items_that_die_after_the_preview(operator):
     previewed = DeadLetterFactory.create_batch(2, task_path="a")
     selection = services.freeze_selection(
