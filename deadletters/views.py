@@ -13,7 +13,6 @@ from django.db import connections, transaction
 from django.http import (
     Http404,
     HttpResponseBadRequest,
-    HttpResponseNotAllowed,
     HttpResponseRedirect,
     StreamingHttpResponse,
 )
@@ -24,7 +23,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
 from jobqueue.store import sources
@@ -446,6 +445,7 @@ def _own_selection(request, pk):
     return selection
 
 
+@require_http_methods(["GET", "POST"])
 @console_view
 def confirm(request, pk):
     """GET: the preview of a frozen selection. POST: confirm it with a reason, start the run."""
@@ -828,6 +828,7 @@ def job_preview(request):
     return redirect("deadletters:job-confirm", pk=selection.pk)
 
 
+@require_http_methods(["GET", "POST"])
 @console_view
 def job_confirm(request, pk):
     """GET: the preview of a frozen job selection. POST: confirm it with a reason, act (in the
@@ -844,8 +845,6 @@ def job_confirm(request, pk):
             pk,
             f"Its jobs are in database {database!r}, which no Redrive TASKS backend uses now.",
         )
-    if request.method not in ("GET", "POST"):
-        return HttpResponseNotAllowed(["GET", "POST"])
     form = JobConfirmForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and selection.applied_at is None:
         try:
@@ -978,6 +977,7 @@ def _not_editable(letter) -> str:
     return ""
 
 
+@require_http_methods(["GET", "POST"])
 @console_view
 @never_cache
 def edit_letter(request, pk):
@@ -986,8 +986,6 @@ def edit_letter(request, pk):
     a user who may reveal (recorded like the detail page's reveal). POST: replay the letter with
     the edited payload (deadletters.services.edit_and_replay), back to its page where the edit
     and its diff are listed; refused with the form saying why, nothing written."""
-    if request.method not in ("GET", "POST"):
-        return HttpResponseNotAllowed(["GET", "POST"])
     require(request.user, EDIT)
     # An edit is a replay: it takes the replay permission too, whatever a custom grant gives.
     require(request.user, ACTION_PERMISSION[Action.REPLAY])

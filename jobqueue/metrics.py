@@ -16,6 +16,7 @@ import logging
 from django.db import DatabaseError
 from django.http import HttpResponse
 from django.utils import timezone
+from django.views.decorators.http import require_safe
 
 from jobqueue.conf import setting
 from jobqueue.databases import queue_databases
@@ -143,6 +144,7 @@ def allowed(request) -> bool:
     return request.user.is_authenticated and request.user.is_staff
 
 
+@require_safe  # a scrape is a GET (HEAD for a probe); anything else is a 405
 def metrics(request):
     if not allowed(request):
         response = HttpResponse(

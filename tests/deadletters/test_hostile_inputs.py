@@ -378,6 +378,20 @@ def test_every_special_value_in_every_parameter_of_every_url(world):
                 assert snapshot() == before, (method, path, value[:40], response.status_code)
 
 
+def test_every_url_answers_a_method_it_does_not_take_with_405_and_writes_nothing(world):
+    """As the admin, who may do everything a URL offers: any other method is refused before
+    the view does anything (a confirmation page answered PUT with its preview)."""
+    rows = {key: world.rows[key][0] for key in world.rows}
+    for name, (methods, _, template) in {**ENDPOINTS, **OUTSIDE}.items():
+        path = template.format(command="pause", **rows)
+        path = path if path.startswith("/") else reverse("deadletters:overview") + path
+        for method in {"GET", "POST", "PUT", "PATCH", "DELETE"} - set(methods):
+            before = snapshot()
+            response = world.clients["admin"].generic(method, path)
+            assert response.status_code == 405, (name, method, response.status_code)
+            assert snapshot() == before, (name, method)
+
+
 @settings(FAST, max_examples=60)
 @given(
     scheme=st.sampled_from(["Bearer ", "bearer ", "Basic ", "", "Bearer  "]),
