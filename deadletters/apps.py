@@ -33,11 +33,23 @@ class DeadlettersConfig(AppConfig):
 
 def register_sources():
     """A source named in SOURCES by its dotted path is one of the host's own: a
-    jobqueue.store.sources.Source, registered so replays, discards and the console reach it."""
+    jobqueue.store.sources.Source, registered so replays, discards and the console reach it.
+
+    One that cannot be loaded is left out with a warning, not raised here, where it would stop
+    every command (`manage.py check` among them) with a traceback: the system check says what
+    is wrong with it (redrive.E005), and the commands that run the checks (runworker,
+    runserver) stop on that."""
+    import logging
+
     from jobqueue.store import sources
 
     from . import conf
 
     for name in conf.get("SOURCES"):
         if "." in name:
-            sources.register(name)
+            try:
+                sources.register(name)
+            except Exception as exc:  # noqa: BLE001 - reported by the check, with its reason
+                logging.getLogger("deadletters").warning(
+                    "event=source_not_loaded source=%s error=%s", name, repr(exc)[:300]
+                )

@@ -66,10 +66,10 @@ def console_setup(app_configs=None, **kwargs):
         try:
             found_source = sources.register(source) if "." in source else sources.get(source)
             needs = found_source.requires
-        except (ImportError, TypeError, sources.UnknownSource) as exc:
+        except Exception as exc:  # noqa: BLE001 - a host's source may fail in any way
             found.append(
                 checks.Error(
-                    f"Unknown dead-letter source {source!r}: {exc}",
+                    f"Unknown dead-letter source {source!r}: {exc!r}"[:500],
                     hint=f"Sources are {', '.join(sorted(sources.names()))}, or the dotted path "
                     "of a jobqueue.store.sources.Source.",
                     id="redrive.E005",

@@ -1,7 +1,12 @@
 """Dead-letter sources: a new one is one module and one settings entry, and every caller
 (store, console, CLI) reaches it through the registry, never by its name."""
 
+import os
+import subprocess
+import sys
+
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -69,6 +74,29 @@ def test_the_cli_accepts_a_registered_source(workflow, capsys):
 def test_a_source_that_does_not_import_is_refused_at_start_up(monkeypatch):
     monkeypatch.setattr(sources, "_paths", dict(sources._paths))
     assert "redrive.E005" in [error.id for error in console_setup()]
+
+
+@pytest.mark.parametrize("command", [["check"], ["runworker", "--burst"]])
+def test_a_source_that_does_not_import_stops_a_process_with_the_check_not_a_traceback(command):
+    """Named in the settings a process starts with (not changed after the apps loaded): the
+    apps load, and the check says what is wrong."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "REDRIVE_SOURCES": "jobqueue,tests.deadletters.no_such.Source",
+    }
+    env.setdefault("SECRET_KEY", "x")
+    done = subprocess.run(
+        [sys.executable, "manage.py", *command],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "redrive.E005" in done.stderr and "tests.deadletters.no_such.Source" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_letter_of_an_unregistered_source_is_skipped_not_guessed():
