@@ -72,8 +72,12 @@ def group_for(role: str) -> Group:
 
 
 def assign(user, role: str):
-    """Make `user` hold exactly `role` among the console roles."""
+    """Make `user` hold exactly `role` among the console roles. The admin role makes them
+    staff too (the Django admin is one of its tools); staff status is never taken away here:
+    the host may have given it for its own reasons (a superuser made an operator stays able
+    to sign in to the admin)."""
     user.groups.remove(*Group.objects.filter(name__in=GROUP_NAMES.values()))
     user.groups.add(group_for(role))
-    user.is_staff = role == "admin"
-    user.save(update_fields=["is_staff"])
+    if role == "admin" and not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])

@@ -124,6 +124,19 @@ def test_createoperator_roles():
     assert ada.groups.count() == 1
 
 
+def test_createoperator_never_takes_away_what_the_host_gave_a_user():
+    """A superuser (or any staff member) given a console role keeps their admin sign-in: the
+    role's groups change, the user's own flags do not."""
+    User.objects.create_superuser("root", password="pw-pw-pw")
+    for role in ("operator", "viewer", "admin", "viewer"):
+        call_command("createoperator", "root", role=role)
+        root = User.objects.get(username="root")
+        assert root.is_staff and root.is_superuser, role
+        assert [g.name for g in root.groups.all()] == [f"Dead-letter {role}s"]
+    call_command("createoperator", "newcomer", role="operator", password="pw-pw-pw")
+    assert not User.objects.get(username="newcomer").is_staff
+
+
 def test_createoperator_needs_a_password_without_a_terminal():
     with pytest.raises(CommandError, match="--password"):
         call_command("createoperator", "ghost", role="viewer")

@@ -172,10 +172,17 @@ assert done.state == "done" and done.return_value == {"receipt_for": 1}, done.st
 letter = DeadLetter.objects.get(task_path="shop.tasks.charge_card")
 assert letter.error_class.endswith("PermanentError"), letter.error_class
 
-anonymous = Client().get("/ops/list/")
-assert anonymous.status_code == 302, anonymous.status_code
+# Signed in as a browser does, through the page the README mounts: alice is an operator, not
+# staff (the admin's login page would refuse her).
 client = Client()
-client.force_login(get_user_model().objects.get(username="alice"))
+anonymous = client.get("/ops/list/")
+assert anonymous.status_code == 302, anonymous.status_code
+sign_in = anonymous["Location"]
+assert sign_in.startswith("/accounts/login/"), sign_in
+assert 'name="password"' in client.get(sign_in).content.decode()
+signed_in = client.post(sign_in, {"username": "alice", "password": PASSWORD})
+assert signed_in.status_code == 302 and signed_in["Location"] == "/ops/list/", signed_in
+assert not get_user_model().objects.get(username="alice").is_staff
 pages = ["", "list/", "list/count/", f"{letter.pk}/", "audit/", "health/"]
 for page in pages:
     response = client.get(f"/ops/{page}")
@@ -281,7 +288,8 @@ def apply_and_use(project: HostProject, steps):
     ran = project.manage(*worker[2:], "--burst")
     # Event lines show up without any LOGGING in the host's settings.
     assert "event=worker_started" in ran.stderr, ran.stderr
-    letter_id = re.search(r"letter (\d+)", project.shell(CONSOLE_SCRIPT)).group(1)
+    console = CONSOLE_SCRIPT.replace("PASSWORD", repr(PASSWORD))
+    letter_id = re.search(r"letter (\d+)", project.shell(console)).group(1)
     replay = project.manage(
         "deadletters", "replay", letter_id, "--reason", "card fixed", "--operator", "alice"
     )
