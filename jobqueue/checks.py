@@ -218,7 +218,7 @@ def timeout_findings(tasks, lease: float) -> list[checks.CheckMessage]:
                     f"Task {task.module_path} has timeout={task.timeout:g}s, not below the "
                     f"lease of {lease:g}s.",
                     hint="Give the task a timeout below the lease, or raise the lease "
-                    "(JOBQUEUE['LEASE_SECONDS']).",
+                    "(REDRIVE['LEASE_SECONDS']).",
                     obj=task.module_path,
                     id="redrive.W002",
                 )
