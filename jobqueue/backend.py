@@ -35,7 +35,7 @@ from django.utils.module_loading import import_string
 from jobqueue import store
 from jobqueue.conf import policy
 from jobqueue.errors import InvalidArguments
-from jobqueue.models import Job, JobState, UniqueKey
+from jobqueue.models import MAX_ID, Job, JobState, UniqueKey
 
 # Column widths the task's own strings must fit (PostgreSQL refuses longer; SQLite would
 # silently keep them, so both databases are held to the same rule here).
@@ -239,9 +239,17 @@ class DatabaseBackend(BaseTaskBackend):
         return results
 
     def get_result(self, result_id):
+        # A result id is what enqueue gave: a job's id, as an int or its decimal string. Not
+        # whatever int() makes of a value ("1_0", " 1 ", a full-width digit, 1.5, b"1"), nor
+        # one past a bigint.
+        pk = result_id
+        if isinstance(pk, str) and pk.isascii() and pk.isdigit():
+            pk = int(pk)
+        if type(pk) is not int or not 0 < pk <= MAX_ID:
+            raise TaskResultDoesNotExist(result_id)
         try:
-            job = Job.objects.using(self.database).get(pk=int(result_id))
-        except (Job.DoesNotExist, ValueError, TypeError) as exc:
+            job = Job.objects.using(self.database).get(pk=pk)
+        except Job.DoesNotExist as exc:
             raise TaskResultDoesNotExist(result_id) from exc
         return self.result_for(job)
 
@@ -384,8 +392,23 @@ def task_result(**values) -> TaskResult:
 
 
 def load_task(path: str) -> DjangoTask:
-    """Import the task a job names; raises ImportError/AttributeError/TypeError if it cannot."""
-    task = import_string(path)
+    """Import the task a job names; raises ImportError/AttributeError/TypeError if it cannot.
+
+    Every way an import can fail comes out as one of those, so each caller (the worker, the
+    enqueue command, schedules, the relay) refuses the path with its reason: a module that
+    raises its own error while it is imported, or exits (SystemExit), would otherwise crash
+    the worker on every claim of the job, which would never be dead-lettered. A script's
+    `__main__` is not imported at all: importing it runs the script."""
+    if not isinstance(path, str):
+        raise TypeError(f"a task path is a dotted string, not {type(path).__name__}")
+    if "__main__" in path.split("."):
+        raise ImportError(f"{path!r}: a __main__ module is a script, not a module of tasks")
+    try:
+        task = import_string(path)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        raise
+    except (Exception, SystemExit) as exc:  # the module's own failure, reported
+        raise ImportError(f"importing {path!r} failed: {exc!r}"[:1000]) from exc
     if not isinstance(task, DjangoTask):
         raise TypeError(f"{path} is a {type(task).__name__}, not a task")
     return task

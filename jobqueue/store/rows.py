@@ -33,11 +33,14 @@ def _json_from_db(value, expression, connection):
         decoded, end = _scan(value, 0)
         if end == len(value):
             return decoded
-    except (StopIteration, TypeError):
+    except (StopIteration, TypeError, ValueError):
         pass
     try:
         return json.loads(value)
-    except json.JSONDecodeError:
+    except ValueError:
+        # Not JSON, or JSON Python will not read (an integer past sys.get_int_max_str_digits(),
+        # which only a hand-written row can hold): the text as it is, as Django gives undecodable
+        # JSON. The worker refuses such a payload (InvalidPayload) rather than failing its claim.
         return value
 
 

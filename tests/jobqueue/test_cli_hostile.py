@@ -80,6 +80,42 @@ class RefusedValue(TypeError):
     """What a backend raises for a value it cannot store (engineer D's NUL refusal is one)."""
 
 
+LONG_INT = "9" * 5000  # past Python's int_max_str_digits (4300): json.loads raises ValueError
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["enqueue", "tests.tasks.add", "--kwargs", f'{{"a": {LONG_INT}, "b": 1}}'],
+        ["enqueue", "tests.tasks.add", "--args", f"[{LONG_INT}, 1]"],
+        ["workflows", "signal", "1", "go", "--payload", LONG_INT],
+    ],
+)
+def test_json_with_an_integer_too_long_to_read_is_refused(argv):
+    before = row_counts()
+    result = run(*argv)
+    assert result.refused_cleanly, result
+    assert row_counts() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "venv.__main__.main",  # importing it would run the script: here, make virtualenvs
+        "tests.tasks.__main__",
+        "tests.broken_tasks.on_import.task",  # raises its own error while imported
+        "tests.broken_tasks.exits.task",  # sys.exit() while imported
+    ],
+)
+def test_enqueue_refuses_a_task_module_that_cannot_be_imported_cleanly(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("enqueue", path)
+    assert result.refused_cleanly, result
+    assert "unknown task" in result.err
+    assert list(tmp_path.iterdir()) == []  # no script ran
+    assert not Job.objects.exists()
+
+
 def test_enqueue_reports_a_backend_refusal_as_a_usage_error(monkeypatch):
     from jobqueue.backend import DatabaseBackend
 

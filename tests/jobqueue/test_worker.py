@@ -86,6 +86,36 @@ def test_unknown_task_is_dead_lettered_and_the_worker_keeps_running():
     assert Job.objects.get(pk=good.id).state == JobState.DONE
 
 
+@pytest.mark.parametrize(
+    "path", ["tests.broken_tasks.on_import.task", "tests.broken_tasks.exits.task"]
+)
+def test_a_task_module_that_fails_while_imported_dead_letters_its_job_not_the_worker(path):
+    """Its own error (or a SystemExit) while imported: the job is dead at once with the reason,
+    and the worker goes on (it crashed on every claim of the job, which never died)."""
+    store.enqueue(store.NewJob(task_path=path))
+    good = tasks.noop.enqueue(1)
+    assert burst() == 0
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.UnknownTask" and letter.attempts == 1
+    assert "failed" in letter.last_error and path in letter.last_error
+    assert Job.objects.get(pk=good.id).state == JobState.DONE
+
+
+def test_a_row_whose_payload_python_cannot_read_is_dead_lettered_not_a_failed_claim():
+    """Written by hand (enqueue refuses it): an integer longer than Python reads from text. The
+    claim that leased it must not fail (every claim would, the job never settled)."""
+    job, _ = store.enqueue(store.NewJob(task_path="tests.tasks.add", args=[1, 2]))
+    with connection.cursor() as cursor:
+        literal = "'[' || '" + "9" * 5000 + "' || ', 2]'"
+        cast = "::jsonb" if connection.vendor == "postgresql" else ""
+        cursor.execute(f"UPDATE jobqueue_job SET args = ({literal}){cast} WHERE id = %s", [job.pk])
+    good = tasks.noop.enqueue(1)
+    assert burst() == 0
+    letter = DeadLetter.objects.get()
+    assert letter.error_class == "jobqueue.errors.InvalidPayload" and letter.attempts == 1
+    assert Job.objects.get(pk=good.id).state == JobState.DONE
+
+
 def test_payload_that_does_not_fit_the_task_is_permanent():
     store.enqueue(store.NewJob(task_path="tests.tasks.add", args=[1, 2, 3]))
     burst()

@@ -18,7 +18,7 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0  # ten years: beyond it, a date arithmetic ov
 def parse_json(option, text, kind):
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int too long to read
         raise usage_error(f"{option} is not valid JSON: {exc}") from exc
     if not isinstance(value, kind):
         raise usage_error(f"{option} must be a JSON {'array' if kind is list else 'object'}")

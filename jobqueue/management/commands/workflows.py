@@ -215,7 +215,7 @@ class Command(cli.Command):
         if opts["payload"] is not None:
             try:
                 payload = json.loads(opts["payload"])
-            except (json.JSONDecodeError, RecursionError) as exc:
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int too long to read
                 raise cli.usage_error(f"--payload is not valid JSON: {exc}") from None
         try:
             # One transaction: the workflow row `signal` locks is read here before it commits,

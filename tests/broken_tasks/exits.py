@@ -1,0 +1,3 @@
+import sys
+
+sys.exit("a module that exits while it is imported")
