@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
+from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import log_task_enqueued, task_enqueued
 from django.utils.module_loading import import_string
@@ -92,23 +92,25 @@ class Task(DjangoTask):
         task = DjangoTask.using(self, **changes)
         ours = {}
         if idempotency_key is not None:
-            ours["idempotency_key"] = str(idempotency_key)
+            ours["idempotency_key"] = _key(idempotency_key)
         if unique_key is not None:
-            ours["unique_key"] = str(unique_key)
+            ours["unique_key"] = _key(unique_key)
         if unique_while is not None:
-            ours["unique_while"] = (
-                (unique_while,) if isinstance(unique_while, str) else tuple(unique_while)
-            )
+            if isinstance(unique_while, str):
+                unique_while = (unique_while,)
+            elif isinstance(unique_while, Iterable) and not isinstance(unique_while, Mapping):
+                unique_while = tuple(unique_while)
+            ours["unique_while"] = unique_while  # anything else: validate_task says what
         if unique_for is not None:
             ours["unique_for"] = (
                 unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
             )
         if ordering_key is not None:
-            ours["ordering_key"] = str(ordering_key)
+            ours["ordering_key"] = _key(ordering_key)
         if ordering_on_dead is not None:
             ours["ordering_on_dead"] = ordering_on_dead
         if concurrency_key is not None:
-            ours["concurrency_key"] = str(concurrency_key)
+            ours["concurrency_key"] = _key(concurrency_key)
         if concurrency_limit is not None:
             ours["concurrency_limit"] = concurrency_limit
         return replace(task, **ours) if ours else task
@@ -142,6 +144,20 @@ class DatabaseBackend(BaseTaskBackend):
         self.database = self.options.get("DATABASE", "default")
 
     def validate_task(self, task):
+        # Asked before Django's own checks, which meet these with a TypeError or an
+        # AttributeError of their own rather than InvalidTask.
+        if type(task.priority) is not int:  # Django's own check compares it (TypeError)
+            raise InvalidTask(
+                f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
+                f"{TASK_MAX_PRIORITY}."
+            )
+        if task.run_after is not None:
+            if not isinstance(task.run_after, datetime):
+                raise InvalidTask("run_after must be an aware datetime.")
+            try:
+                task.run_after.astimezone(UTC)
+            except (OverflowError, ValueError):
+                raise InvalidTask("run_after is out of the range a database stores.") from None
         super().validate_task(task)
         if task.max_attempts is not None and task.max_attempts < 1:
             raise InvalidTask("max_attempts must be at least 1.")
@@ -163,10 +179,10 @@ class DatabaseBackend(BaseTaskBackend):
                 raise InvalidTask(f"{name} must be a string, not {type(value).__name__}.")
             if len(value) > limit:
                 raise InvalidTask(f"{name} must be at most {limit} characters, not {len(value)}.")
-            if not value and name in ("unique_key", "ordering_key", "concurrency_key"):
-                raise InvalidTask(f"{name} must not be empty.")
-            if "\x00" in value:
-                raise InvalidTask(f"{name} must not contain NUL (\\u0000).")
+            if not value.strip():
+                raise InvalidTask(f"{name} must not be empty (or only spaces).")
+            if store.storable_text(value, limit) != value:
+                raise InvalidTask(f"{name} must not contain NUL (\\u0000) or a lone surrogate.")
 
     def new_job(self, task, args, kwargs, *, validated=False) -> store.NewJob:
         """The row a call will be. Arguments that are not JSON, hold NUL or a lone surrogate
@@ -226,7 +242,7 @@ class DatabaseBackend(BaseTaskBackend):
         # are built as the store reads them, so building and inserting overlap; a call whose
         # arguments are refused part-way rolls the whole enqueue back.
         calls = calls if isinstance(calls, list | tuple) else list(calls)
-        arguments = (_arguments(limit, args, kwargs) for args, kwargs in calls)
+        arguments = (_arguments(limit, *_call(call)) for call in calls)
         results = EnqueuedResults(
             self,
             task,
@@ -294,8 +310,29 @@ class DatabaseBackend(BaseTaskBackend):
         return result
 
 
+def _key(value) -> str:
+    """A key as given, or an integer's digits (ordering_key=customer.id); anything else is left
+    for validate_task to refuse (str() of it would be a key nobody meant: "b'k'", "False")."""
+    if type(value) is int:
+        return str(value)
+    return value
+
+
+def _call(call) -> tuple:
+    """One enqueue_many call: (args, kwargs)."""
+    if not isinstance(call, list | tuple) or len(call) != 2:
+        raise InvalidArguments(f"each call is a pair (args, kwargs), not {call!r:.100}")
+    return call
+
+
 def _arguments(limit: int, args, kwargs) -> tuple[list, dict, tuple[str, str]]:
     """One call's arguments as a TaskResult holds them, and their JSON as a row stores it."""
+    # A string or a dict is iterable too: list() would make its characters or its keys the
+    # arguments.
+    if not isinstance(args, list | tuple):
+        raise InvalidArguments(f"a call's args are a list or tuple, not {type(args).__name__}")
+    if not isinstance(kwargs, Mapping):
+        raise InvalidArguments(f"a call's kwargs are a dict, not {type(kwargs).__name__}")
     try:
         args = store.normalized(args if type(args) is list else list(args))
         kwargs = store.normalized(kwargs if type(kwargs) is dict else dict(kwargs))
@@ -350,7 +387,11 @@ def _validate_unique(task) -> None:
     if getattr(task, "idempotency_key", None) is not None:
         raise InvalidTask("use an idempotency_key or a unique_key, not both.")
     states = task.unique_while
-    if not isinstance(states, tuple) or not set(states) <= set(store.UNIQUE_STATES):
+    if (
+        not isinstance(states, tuple)
+        or not all(isinstance(state, str) for state in states)
+        or not set(states) <= set(store.UNIQUE_STATES)
+    ):
         raise InvalidTask(f"unique_while names states among {', '.join(store.UNIQUE_STATES)}.")
     seconds = task.unique_for
     if seconds is not None and (

@@ -161,3 +161,81 @@ def test_arguments_nested_past_recursion_or_circular_are_refused_and_nothing_is_
         with pytest.raises(InvalidArguments, match="JSON"):
             task_backends["default"].enqueue_many(tasks.noop, [((1,), {}), ((value,), {})])
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # A key that is not text would become one nobody meant (str(b"k") is "b'k'").
+        {"idempotency_key": b"k"},
+        {"idempotency_key": False},
+        {"unique_key": object()},
+        {"ordering_key": 1.5},
+        {"concurrency_key": ["tenant"]},
+        # Blank, or not text a database stores.
+        {"idempotency_key": ""},
+        {"idempotency_key": "  "},
+        {"queue_name": ""},
+        {"queue_name": " "},
+        {"queue_name": "\ud800"},
+        {"idempotency_key": "k\ud800"},
+        {"ordering_key": "\udcff"},
+        {"concurrency_key": "a\x00b"},
+        # Malformed options Django's own checks meet with a TypeError or an AttributeError.
+        {"unique_key": "u", "unique_while": 5},
+        {"unique_key": "u", "unique_while": [["ready"]]},
+        {"unique_key": "u", "unique_while": {"ready": 1}},
+        {"priority": "5"},
+        {"priority": True},
+        {"run_after": timedelta(minutes=5)},
+        {"run_after": 1700000000},
+        {"run_after": "2026-12-01T00:00:00Z"},
+    ],
+)
+def test_careless_task_options_are_refused_with_invalid_task(options):
+    with pytest.raises(InvalidTask):
+        tasks.noop.using(**options).enqueue(1)
+    assert not Job.objects.exists()
+
+
+def test_a_run_after_past_what_a_database_stores_is_refused():
+    from datetime import datetime
+    from datetime import timezone as tz
+
+    far = datetime.max.replace(tzinfo=tz(timedelta(hours=-23)))
+    with pytest.raises(InvalidTask, match="out of the range"):
+        tasks.noop.using(run_after=far).enqueue(1)
+    assert not Job.objects.exists()
+
+
+def test_integer_keys_are_their_digits():
+    result = tasks.noop.using(ordering_key=42, concurrency_key=7, idempotency_key=9).enqueue(1)
+    job = Job.objects.get(pk=result.id)
+    assert (job.ordering_key, job.concurrency_key, job.idempotency_key) == ("42", "7", "9")
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [((1,), {}), ("7", {})],  # a string's characters are not arguments
+        [((1,), {}), ({"a": 1}, {})],  # nor a dict's keys
+        [((1,), {}), ((1,), [("a", 1)])],
+        [((1,), {}), ((), {}, 1)],
+        [((1,), {}), ((),)],
+        [((1,), {}), None],
+        [((1,), {}), "ab"],
+    ],
+)
+def test_bulk_enqueue_refuses_a_malformed_call_and_writes_nothing(calls):
+    backend = task_backends["default"]
+    with pytest.raises(InvalidArguments):
+        backend.enqueue_many(tasks.noop, calls)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("result_id", ["1_0", " 1 ", "\uff11", 1.5, b"1", True, "-1", 0, 2**64, ""])
+def test_get_result_takes_only_a_job_id(result_id):
+    for i in range(12):
+        tasks.noop.enqueue(i)
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result_id)
