@@ -21,6 +21,11 @@ class RateLimited(TransientError):
         self.retry_after = max(0.0, float(retry_after))
 
 
+class TransactionLeftOpen(TransientError):
+    """The task returned with a database transaction still open (set_autocommit(False) without
+    a commit): its uncommitted writes were rolled back, so it runs again."""
+
+
 class JobTimeout(TransientError):
     """The handler ran past the task's timeout; the worker gave up waiting for it."""
 
@@ -75,5 +80,5 @@ def exception_text(exc: BaseException) -> str:
     """str(exc), which runs the task's own code and may itself fail."""
     try:
         return str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the failure being stored
+    except BaseException:  # noqa: BLE001 - a broken __str__ must not stop the failure being stored
         return f"<{type(exc).__name__}: str() failed>"

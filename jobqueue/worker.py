@@ -13,6 +13,7 @@ running so another worker can take them at once. A second signal exits immediate
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -52,6 +53,7 @@ from jobqueue.errors import (
     InvalidPayload,
     JobTimeout,
     LeaseExpired,
+    TransactionLeftOpen,
     UnknownTask,
     class_path,
     classify,
@@ -74,6 +76,7 @@ SCHEDULE_INTERVAL = 1.0  # seconds between looks for due schedules (jobqueue.sch
 MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
 # Seconds a finished job may wait for its acknowledgement while handlers stay busy.
 SETTLE_INTERVAL = 0.02
+MAX_RETRY_DELAY = 365 * 86_400.0  # seconds: the longest a failed job waits for its retry
 
 # JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: SIGKILL at that point
 # (in_tick: a periodic job's tick enqueued, its transaction not yet committed).
@@ -217,12 +220,13 @@ class LeaseTable(Mapping):
                 held.lost = True
             return True
 
-    def to_settle(self, job_id: int) -> Held | None:
+    def to_settle(self, job_id: int, claim: Job | None = None) -> Held | None:
         """The claim whose outcome the settler is about to store, marked settling; None if
-        there is nothing to store: no longer held, or its lease lost (then forgotten here)."""
+        there is nothing to store: no longer held, held as another claim (`claim`: the one the
+        outcome is of), or its lease lost (then forgotten here)."""
         with self._lock:
             held = self._held.get(job_id)
-            if held is None:
+            if held is None or (claim is not None and held.job is not claim):
                 return None
             if held.lost:
                 del self._held[job_id]
@@ -240,6 +244,13 @@ class LeaseTable(Mapping):
         """Settled, released or dropped: no longer ours to vouch for."""
         with self._lock:
             return self._held.pop(job_id, None)
+
+    def finish_claim(self, job: Job) -> None:
+        """finish, if `job` is still held as this very claim (not a newer claim of it)."""
+        with self._lock:
+            held = self._held.get(job.pk)
+            if held is not None and held.job is job:
+                del self._held[job.pk]
 
     def finish_all(self, job_ids) -> None:
         with self._lock:
@@ -271,6 +282,66 @@ class LeaseTable(Mapping):
             return [h.job for h in self._held.values()]
 
 
+def printable(exc: BaseException) -> bool:
+    """Whether its traceback can be formatted (its __cause__, __context__ and notes read)."""
+    try:
+        tb.TracebackException.from_exception(exc)
+    except BaseException:  # noqa: BLE001 - the task's own code, failing in any way
+        return False
+    return True
+
+
+def log_exception(message: str, *args) -> None:
+    """logger.exception, or without the traceback when the exception in hand (or one in its
+    chain, a task's) cannot be printed: logging's own error handler raises then."""
+    try:
+        logger.exception(message, *args)
+    except BaseException:  # noqa: BLE001 - see above
+        logger.error(message + " traceback=unprintable", *args)
+
+
+def formatted_traceback(exc: BaseException) -> str:
+    """The traceback stored with a failure. Formatting runs the task's own code (its
+    exception's __str__, __cause__, notes) and may itself fail, in any way: then a line saying
+    so, never an exception that ends the handler thread with the job still held."""
+    try:
+        return "".join(tb.format_exception(exc))
+    except BaseException as failure:  # noqa: BLE001 - see above
+        return (
+            f"{class_path(type(exc))}: {exception_text(exc)}\n"
+            f"(its traceback could not be formatted: {type(failure).__name__})\n"
+        )
+
+
+def _close_transactions_left_open() -> list[str]:
+    """After a job, on its handler thread: the database aliases the task left inside a
+    transaction, rolled back and closed. Left so, the next jobs on the thread would run in it
+    (never committing, on PostgreSQL) and, on SQLite, its write lock would stop every other
+    connection (the settler's too) until the process ended."""
+    left = []
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        try:
+            open_ = conn.in_atomic_block or not conn.get_autocommit()
+        except Exception:  # noqa: BLE001 - a connection too broken to ask is closed anyway
+            open_ = True
+        if not open_:
+            continue
+        left.append(conn.alias)
+        # (Closing it discards the transaction even where the rollback fails.)
+        with contextlib.suppress(Exception):
+            conn.connection.rollback()
+        # Django's own bookkeeping of the block the task never left; connect() starts afresh.
+        conn.in_atomic_block, conn.savepoint_ids, conn.atomic_blocks = False, [], []
+        conn.needs_rollback = False
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - the next query opens a new connection
+            conn.connection = None
+    return left
+
+
 @dataclass(slots=True)
 class Finished:
     job_id: int
@@ -282,6 +353,9 @@ class Finished:
     formatted: str = ""
     permanent: bool = False  # fail without retry whatever the error's class
     suspended: workflows.Suspend | None = None  # a workflow that waits (its job already does)
+    # The claim the handler ran (LeaseTable.to_settle): a handler given up on past its timeout
+    # may return after the job was claimed again, and its outcome is not the new claim's.
+    claim: Job | None = None
 
     @property
     def acknowledged_value(self):
@@ -694,6 +768,15 @@ class Worker(Loop):
                     continue
                 try:
                     outcome = self._execute(job)
+                    left_open = _close_transactions_left_open()
+                    if left_open and outcome.error is None and outcome.suspended is None:
+                        exc = TransactionLeftOpen(
+                            f"the task returned inside a transaction on {', '.join(left_open)}:"
+                            " its uncommitted writes were rolled back"
+                        )
+                        outcome = Finished(
+                            job.pk, outcome.duration, error=exc, formatted=str(exc), claim=job
+                        )
                     if outcome.suspended is None:
                         self._learn_duration(outcome.duration)
                     # A job may have enqueued another (a batch's completion, a continuation):
@@ -754,14 +837,17 @@ class Worker(Loop):
                     job.pk,
                     time.monotonic() - started,
                     error=exc,
-                    formatted="".join(tb.format_exception(exc)),
+                    formatted=formatted_traceback(exc),
                     permanent=True,
+                    claim=job,
                 )
-            return Finished(job.id, time.monotonic() - started, value=value, stored=stored)
+            return Finished(
+                job.id, time.monotonic() - started, value=value, stored=stored, claim=job
+            )
         except workflows.Suspend as suspended:
             # The workflow's job already waits (its transaction did that): only let go of it,
             # before the heartbeat would try to extend a lease that is no longer there.
-            self.held.finish(job.pk)
+            self.held.finish_claim(job)
             log_event(
                 "suspended",
                 job,
@@ -769,7 +855,7 @@ class Worker(Loop):
                 reason=suspended.reason,
                 duration_ms=f"{(time.monotonic() - started) * 1000:.1f}",
             )
-            return Finished(job.pk, time.monotonic() - started, suspended=suspended)
+            return Finished(job.pk, time.monotonic() - started, suspended=suspended, claim=job)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
                 try:
@@ -780,7 +866,8 @@ class Worker(Loop):
                 job.pk,
                 time.monotonic() - started,
                 error=exc,
-                formatted="".join(tb.format_exception(exc)),
+                formatted=formatted_traceback(exc),
+                claim=job,
             )
 
     @cached_property
@@ -819,8 +906,8 @@ class Worker(Loop):
                     continue
                 if not self._settling and self.finished.empty():
                     return
-        except Exception:
-            logger.exception("event=settler_died worker=%s action=exit_for_restart", self.worker_id)
+        except BaseException:  # noqa: BLE001 - whatever ends it, the worker must not go on without it
+            log_exception("event=settler_died worker=%s action=exit_for_restart", self.worker_id)
             self.exit_code = 1
             self.stop()
         finally:
@@ -852,7 +939,7 @@ class Worker(Loop):
                 break
             if fin.suspended:
                 continue  # a workflow waiting: let go of already
-            held = self.held.to_settle(fin.job_id)
+            held = self.held.to_settle(fin.job_id, fin.claim)
             if held is None:
                 continue  # given up on (timeout), released, or its lease lost
             (failed if fin.error else done).append((held, fin))
@@ -912,7 +999,7 @@ class Worker(Loop):
                 self._fail(
                     held.job,
                     exc,
-                    "".join(tb.format_exception(exc)),
+                    formatted_traceback(exc),
                     duration=fin.duration,
                     permanent=True,
                 )
@@ -959,10 +1046,12 @@ class Worker(Loop):
         retry_at = None
         if verdict.retry and not permanent and job.attempts < job.max_attempts:
             delay = verdict.delay
-            if delay is None:
+            if delay is None or not delay >= 0:  # not given (or NaN): the task's backoff
                 base, cap = self._backoff_policy(job)
                 delay = retry_delay(job.attempts, base=base, cap=cap)
-            retry_at = now + timedelta(seconds=delay)
+            # A dependency's retry_after (RateLimited) may be anything: past this, a date out
+            # of range would stop the failure being stored at all.
+            retry_at = now + timedelta(seconds=min(delay, MAX_RETRY_DELAY))
         entry = store.error_entry(
             job,
             class_path=class_path(type(exc)),
@@ -1146,12 +1235,17 @@ class Worker(Loop):
             if exc is None:
                 task_finished.send(type(self.backend), task_result=result)
                 return
+            if not printable(exc):
+                # Logging its traceback would raise (logging.Handler.handleError prints it
+                # again): sent as a plain result, the dead letter has what could be stored.
+                task_finished.send(type(self.backend), task_result=result)
+                return
             try:
                 raise exc
             except BaseException:  # noqa: BLE001 - re-raised only to be the exception in hand
                 task_finished.send(type(self.backend), task_result=result)
-        except Exception:
-            logger.exception("event=signal_failed job_id=%s", job.pk)
+        except Exception:  # noqa: BLE001 - a receiver's failure is logged, never the job's
+            log_exception("event=signal_failed job_id=%s", job.pk)
 
     def _heartbeat_if_due(self):
         now_mono = time.monotonic()

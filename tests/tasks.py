@@ -154,3 +154,31 @@ def tenant_step(tenant: str, n: int, seconds: float = 0.0):
         time.sleep(seconds)
     _sink(f"end {tenant} {n} {time.monotonic()}")
     return n
+
+
+@task(max_attempts=2)
+def leaves_a_transaction_open(key: str):
+    """Writes, then returns without committing (autocommit off, never restored)."""
+    from django.db import transaction
+
+    from jobqueue.models import Execution
+
+    transaction.set_autocommit(False)
+    Execution.objects.create(idempotency_key=f"uncommitted:{key}", job_type="tests.open")
+    return "returned"
+
+
+class _CauseRaises(Exception):
+    @property
+    def __cause__(self):
+        raise RuntimeError("its cause cannot be read")
+
+
+class _StrInterrupts(Exception):
+    def __str__(self):
+        raise KeyboardInterrupt
+
+
+@task(max_attempts=1)
+def raises_unformattable(kind: str):
+    raise (_CauseRaises if kind == "cause" else _StrInterrupts)("unformattable")

@@ -179,6 +179,76 @@ def test_handler_over_its_timeout_is_failed_and_not_trusted():
     assert letter.error_class == "jobqueue.errors.JobTimeout"
 
 
+@pytest.mark.parametrize("seconds", [1e12, "inf", 10**30])  # RateLimited takes float()
+def test_a_retry_after_beyond_any_date_still_stores_the_retry(seconds):
+    """RateLimited(retry_after=...) is the dependency's word, whatever it is: the retry waits
+    at most MAX_RETRY_DELAY (a date out of range killed the settler on every run)."""
+    from jobqueue.worker import MAX_RETRY_DELAY
+
+    result = tasks.rate_limited.enqueue(seconds)
+    good = tasks.noop.enqueue(1)
+    assert burst() == 0
+    job = Job.objects.get(pk=result.id)
+    assert job.state == JobState.READY and job.attempts == 1
+    assert job.errors[-1]["exception_class_path"] == "jobqueue.errors.RateLimited"
+    assert job.run_after <= timezone.now() + timedelta(seconds=MAX_RETRY_DELAY)
+    assert Job.objects.get(pk=good.id).state == JobState.DONE
+
+
+@pytest.mark.parametrize("kind", ["cause", "str"])
+def test_an_exception_that_breaks_formatting_is_still_stored(kind):
+    """Its __cause__ raises, or its __str__ raises KeyboardInterrupt: the failure is stored
+    (the handler or settler thread died, the job stayed leased, a burst never ended)."""
+    result = tasks.raises_unformattable.enqueue(kind)
+    good = tasks.noop.enqueue(1)
+    assert burst() == 0
+    letter = DeadLetter.objects.get(job_id=result.id)
+    assert letter.error_class.endswith(("_CauseRaises", "_StrInterrupts"))
+    assert Job.objects.get(pk=good.id).state == JobState.DONE
+
+
+def test_a_task_that_leaves_a_transaction_open_is_failed_and_its_writes_undone():
+    """set_autocommit(False) and no commit: its write is rolled back, the job fails (and runs
+    again), and the jobs after it on that thread run and commit as usual (on SQLite the open
+    transaction held the write lock and stopped the settler; on PostgreSQL the next jobs would
+    have run inside it)."""
+    result = tasks.leaves_a_transaction_open.enqueue("k")
+    after = [tasks.effect.enqueue(f"after-{n}") for n in range(3)]
+    assert burst(concurrency=1) == 0
+    job = Job.objects.get(pk=result.id)
+    assert (job.state, job.attempts) == (JobState.READY, 1)  # to run again, after its backoff
+    assert job.errors[-1]["exception_class_path"] == "jobqueue.errors.TransactionLeftOpen"
+    assert not Execution.objects.filter(idempotency_key="uncommitted:k").exists()
+    assert {Job.objects.get(pk=r.id).state for r in after} == {JobState.DONE}
+    assert Execution.objects.filter(idempotency_key__startswith="effect:after-").count() == 3
+
+
+def test_the_outcome_of_a_handler_given_up_on_is_not_taken_for_the_jobs_next_claim(tmp_path):
+    """Past its timeout the handler is abandoned and the job claimed again; when the abandoned
+    handler returns at last, its outcome belongs to the old claim and is dropped (it was stored
+    as the new claim's: the job done with the timed-out attempt's value, the new one's own
+    outcome lost)."""
+    result = tasks.add.enqueue(1, 2)
+    worker = Worker(poll_interval=0.05)
+    [first] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
+    worker.held.hold(first)
+    worker.held.start(first, None)
+    worker.held.abandon(first.pk)  # the timeout: given up on, its failure stored elsewhere
+    Job.objects.filter(pk=first.pk).update(state=JobState.READY, lease_token=None,
+                                           locked_until=None, locked_by=None)  # fmt: skip
+    [second] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
+    worker.held.hold(second)
+    worker.held.start(second, None)
+    worker.finished.put(Finished(first.pk, duration=3.5, value="late", claim=first))
+    worker._settle()
+    assert Job.objects.get(pk=result.id).state == JobState.RUNNING  # the new claim runs on
+    assert worker.held[second.pk].job is second
+    worker.finished.put(Finished(second.pk, duration=0.1, value=3, claim=second))
+    worker._settle()
+    job = Job.objects.get(pk=result.id)
+    assert (job.state, job.return_value) == (JobState.DONE, 3)
+
+
 def test_task_with_context_sees_its_attempt():
     result = tasks.with_context.enqueue(5)
     burst()
