@@ -313,20 +313,15 @@ def formatted_traceback(exc: BaseException) -> str:
         )
 
 
-def _close_transactions_left_open() -> list[str]:
-    """After a job, on its handler thread: the database aliases the task left inside a
-    transaction, rolled back and closed. Left so, the next jobs on the thread would run in it
-    (never committing, on PostgreSQL) and, on SQLite, its write lock would stop every other
-    connection (the settler's too) until the process ended."""
+def _close_transactions_left_open(wrappers) -> list[str]:
+    """After a job, on its handler thread (`wrappers`: the thread's own connection objects,
+    one per alias): the aliases the task left inside a transaction, rolled back and closed.
+    Left so, the next jobs on the thread would run in it (never committing, on PostgreSQL) and,
+    on SQLite, its write lock would stop every other connection (the settler's too) until the
+    process ended. Attributes only, per job: no round trip."""
     left = []
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        try:
-            open_ = conn.in_atomic_block or not conn.get_autocommit()
-        except Exception:  # noqa: BLE001 - a connection too broken to ask is closed anyway
-            open_ = True
-        if not open_:
+    for conn in wrappers:
+        if conn.connection is None or (conn.autocommit and not conn.in_atomic_block):
             continue
         left.append(conn.alias)
         # (Closing it discards the transaction even where the rollback fails.)
@@ -746,6 +741,7 @@ class Worker(Loop):
 
     def _handler_loop(self):
         me = threading.current_thread()
+        wrappers = [connections[alias] for alias in connections]  # this thread's, made lazily
         try:
             while me not in self._abandoned:
                 job = self.inbox.get()
@@ -768,7 +764,7 @@ class Worker(Loop):
                     continue
                 try:
                     outcome = self._execute(job)
-                    left_open = _close_transactions_left_open()
+                    left_open = _close_transactions_left_open(wrappers)
                     if left_open and outcome.error is None and outcome.suspended is None:
                         exc = TransactionLeftOpen(
                             f"the task returned inside a transaction on {', '.join(left_open)}:"
