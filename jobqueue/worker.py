@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import (
     DatabaseError,
     DataError,
+    IntegrityError,
     close_old_connections,
     connections,
     transaction,
@@ -972,11 +973,11 @@ class Worker(Loop):
                 now=now,
                 using=self.using,
             )
-        except DataError:
+        except (DataError, IntegrityError):
             # A value the database refuses fails the whole statement, and would again on every
             # retry while the jobs beside it stay unacknowledged: store them one at a time and
             # fail the refused one alone. (_execute already refuses every value it can tell
-            # is unstorable.)
+            # is unstorable; SQLite reports a JSON check it fails as an IntegrityError.)
             self._acknowledge_one_by_one(done)
             return
         fault_point("after_ack")
@@ -991,7 +992,7 @@ class Worker(Loop):
                 acked = store.acknowledge(
                     [(held.job, fin.acknowledged_value)], now=now, using=self.using
                 )
-            except DataError as exc:
+            except (DataError, IntegrityError) as exc:
                 self._fail(
                     held.job,
                     exc,

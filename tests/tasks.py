@@ -182,3 +182,11 @@ class _StrInterrupts(Exception):
 @task(max_attempts=1)
 def raises_unformattable(kind: str):
     raise (_CauseRaises if kind == "cause" else _StrInterrupts)("unformattable")
+
+
+@task(max_attempts=3)
+def returns_json_the_database_refuses():
+    """Past the worker's own checks (CheckedJSON vouches for it), as a bug could be."""
+    from jobqueue.store import CheckedJSON
+
+    return CheckedJSON('{"unterminated": ')

@@ -249,6 +249,18 @@ def test_the_outcome_of_a_handler_given_up_on_is_not_taken_for_the_jobs_next_cla
     assert (job.state, job.return_value) == (JobState.DONE, 3)
 
 
+def test_a_return_value_the_database_refuses_fails_alone_and_its_batch_is_stored():
+    """PostgreSQL refuses it with a DataError, SQLite's JSON check with an IntegrityError: either
+    way the batch's statement fails, and is stored one job at a time (it was retried whole, for
+    ever, on SQLite)."""
+    bad = tasks.returns_json_the_database_refuses.enqueue()
+    good = [tasks.noop.enqueue(n) for n in range(3)]
+    assert burst(concurrency=1, prefetch=10) == 0
+    letter = DeadLetter.objects.get(job_id=bad.id)
+    assert letter.attempts == 1  # permanent: the task ran, its value is what cannot be kept
+    assert {Job.objects.get(pk=r.id).state for r in good} == {JobState.DONE}
+
+
 def test_task_with_context_sees_its_attempt():
     result = tasks.with_context.enqueue(5)
     burst()
