@@ -4,16 +4,25 @@ import logging
 import re
 import time
 
-_NEEDS_QUOTES = re.compile(r'[ "=\n]').search
+_NEEDS_QUOTES = re.compile(r'[ "=\x00-\x1f\x7f-\x9f]').search
+# Newline, carriage return and tab by name, every other control character by its code: a field
+# (an error message, a task's name) cannot break the line, fake another, or reach a terminal as
+# an escape sequence.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+}
 
 
 def logfmt(value) -> str:
-    """A value for a key=value log line, quoted when it holds spaces, quotes, = or newlines.
+    """A value for a key=value log line, quoted when it holds spaces, quotes, = or control
+    characters (escaped).
     (Runs for every field of every job event: a compiled search, not a Python loop.)"""
     text = value if type(value) is str else str(value)
     if text and _NEEDS_QUOTES(text) is None:
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').translate(_CONTROL) + '"'
 
 
 def line_text(event: str, **fields) -> str:

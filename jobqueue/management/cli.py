@@ -142,10 +142,28 @@ class OutputClosed(Exception):
     """The reader of stdout went away (a pager quit, `| head`)."""
 
 
+# Control characters other than newline and tab, as visible escapes: what a command prints
+# comes partly from tasks and brokers (error messages, class names, payloads), and raw escape
+# sequences there could clear the operator's screen, retitle the terminal or fake lines.
+_TERMINAL_SAFE = {
+    c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)
+}
+
+
+def terminal_safe(text: str) -> str:
+    return text.translate(_TERMINAL_SAFE)
+
+
+def one_line(text: str) -> str:
+    """A listing's row: a newline in a field (a task's name, an error's class) must not start
+    what reads as another row."""
+    return text.replace("\n", "\\n")
+
+
 class PipeAwareOutput(OutputWrapper):
-    def write(self, *args, **kwargs):
+    def write(self, msg="", *args, **kwargs):
         try:
-            super().write(*args, **kwargs)
+            super().write(terminal_safe(msg), *args, **kwargs)
         except BrokenPipeError as exc:
             raise OutputClosed from exc
 
@@ -162,6 +180,8 @@ class Command(BaseCommand):
     def __init__(self, stdout=None, stderr=None, no_color=False, force_color=False):
         super().__init__(stdout, stderr, no_color, force_color)
         self.stdout = PipeAwareOutput(stdout or sys.stdout)
+        self.stderr = PipeAwareOutput(stderr or sys.stderr)
+        self.stderr.style_func = self.style.ERROR  # as Django's own stderr
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -174,6 +194,9 @@ class Command(BaseCommand):
     def execute(self, *args, **options):
         if options.get("stdout"):
             self.stdout = PipeAwareOutput(options.pop("stdout"))
+        if options.get("stderr"):
+            self.stderr = PipeAwareOutput(options.pop("stderr"))
+            self.stderr.style_func = self.style.ERROR
         return super().execute(*args, **options)
 
     def run_from_argv(self, argv):

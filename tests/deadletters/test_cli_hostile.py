@@ -348,3 +348,22 @@ def test_approve_arguments(oncall, chief, letters, settings, run_id, argv, who):
         assert ReplayRun.objects.get(pk=awaiting.pk).approved_by == "chief"
     else:
         assert ReplayRun.objects.get(pk=awaiting.pk).state == "awaiting"
+
+
+def test_what_a_task_wrote_reaches_the_terminal_as_visible_escapes():
+    """An error's class name and message are a task's text: an escape sequence in them must not
+    clear the operator's screen or retitle the terminal, nor a newline fake a list row."""
+    from tests.cli import run
+    from tests.factories import DeadLetterFactory
+
+    letter = DeadLetterFactory(
+        error_class="mod.Weird\x1b[31mRED\nevent=fake",
+        last_error="line1\x1b[2J\x1b]0;title\x07 \rover",
+    )
+    listed = run("deadletters", "list")
+    shown = run("deadletters", "show", str(letter.pk))
+    for result in (listed, shown):
+        assert result.code == 0, result
+        assert not any(c in result.out for c in "\x1b\x07\r"), result.out
+        assert "\\x1b" in result.out
+    assert len(listed.out.strip().splitlines()) == 1  # one row, not a faked second line

@@ -117,3 +117,17 @@ def test_other_formatters_or_a_filter_get_a_record_per_line():
     filtered.addFilter(lambda record: "2" not in record.getMessage())
     log_lines(_logger_with(filtered, "b"), logging.INFO, ["x=1", "x=2", "x=3"])
     assert filtered.stream.getvalue() == "x=1\nx=3\n"
+
+
+def test_a_field_with_control_characters_cannot_break_or_fake_a_line():
+    """An error message or a class name is a task's text: a newline, a carriage return or an
+    escape sequence in it would start a fake event line, or reach a terminal reading the log."""
+    from jobqueue.logfmt import line_text, logfmt
+
+    hostile = "line1\nevent=dead_lettered job_id=999\r\x1b[2J\x1b]0;title\x07\x85\x7f\tend"
+    text = line_text("retried", error=hostile, task="ok")
+    assert "\n" not in text and "\r" not in text
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+    assert text.startswith("event=retried error=") and text.endswith(" task=ok")
+    assert logfmt("a\x1bb") == '"a\\x1bb"' and logfmt("t\tt") == '"t\\tt"'
+    assert logfmt("plain") == "plain"

@@ -201,9 +201,11 @@ class Command(cli.Command):
                 self.stdout.write(json.dumps(row, default=str))
             else:
                 self.stdout.write(
-                    f"{row['id']:>8} {row['state']:<9} {row['task_path']} "
-                    f"{row['error_class']} replays={row['replays']} "
-                    f"{row['last_error'].splitlines()[0][:80] if row['last_error'] else ''!r}"
+                    cli.one_line(
+                        f"{row['id']:>8} {row['state']:<9} {row['task_path']} "
+                        f"{row['error_class']} replays={row['replays']} "
+                        f"{row['last_error'].splitlines()[0][:80] if row['last_error'] else ''!r}"
+                    )
                 )
         if more > 0:
             # On stderr under --json, where every stdout line must stay a JSON object.

@@ -55,9 +55,11 @@ class Command(cli.Command):
                 self.stdout.write(json.dumps(row, default=str))
             else:
                 self.stdout.write(
-                    f"{row['id']:>8} {row['state']:<8} {row['attempts']}/{row['max_attempts']} "
-                    f"{row['task_path']} key={row['idempotency_key'] or '-'}"
-                    + (f" error={row['last_error']!r}" if row["last_error"] else "")
+                    cli.one_line(
+                        f"{row['id']:>8} {row['state']:<8} {row['attempts']}/{row['max_attempts']} "
+                        f"{row['task_path']} key={row['idempotency_key'] or '-'}"
+                        + (f" error={row['last_error']!r}" if row["last_error"] else "")
+                    )
                 )
         if more > 0:
             # On stderr under --json, where every stdout line must stay a JSON object.

@@ -66,8 +66,10 @@ class Command(cli.Command):
                 if name in limits:
                     state += f", at most {limits[name]:g} jobs/s"
                 self.stdout.write(
-                    f"{name:<24} ready={row['ready']} scheduled={row['scheduled']} "
-                    f"running={row['running']}  {state}"
+                    cli.one_line(
+                        f"{name:<24} ready={row['ready']} scheduled={row['scheduled']} "
+                        f"running={row['running']}  {state}"
+                    )
                 )
         if not names and not as_json:
             self.stdout.write("no queues with live jobs, none paused")

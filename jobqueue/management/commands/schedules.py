@@ -78,9 +78,15 @@ class Command(cli.Command):
                 else "never run"
             )
             self.stdout.write(
-                f"{row['name']:<32} {row['cron']:<16} {row['timezone']:<12} "
-                f"next {row['next_run_at']}  {last}  {row['state'].upper()}"
-                + (f" by {row['paused_by']}: {row['pause_reason']!r}" if row["paused_by"] else "")
+                cli.one_line(
+                    f"{row['name']:<32} {row['cron']:<16} {row['timezone']:<12} "
+                    f"next {row['next_run_at']}  {last}  {row['state'].upper()}"
+                    + (
+                        f" by {row['paused_by']}: {row['pause_reason']!r}"
+                        if row["paused_by"]
+                        else ""
+                    )
+                )
             )
         if not any_rows and not as_json:
             self.stdout.write("no schedules (declare one with @periodic, then sync)")

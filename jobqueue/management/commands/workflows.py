@@ -105,7 +105,7 @@ class Command(cli.Command):
                 continue
             parts = [f"{row['id']:>8} {row['state']:<8} {row['task_path']}"]
             parts += [f"step={quoted(row['step'])}", waiting(row), f"job={row['job_id'] or '-'}"]
-            self.stdout.write(" ".join(part for part in parts if part))
+            self.stdout.write(cli.one_line(" ".join(part for part in parts if part)))
         if more > 0:
             # On stderr under --json, where every stdout line must stay a JSON object.
             (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
