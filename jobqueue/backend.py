@@ -19,6 +19,7 @@ look for options, and the idempotency key is one more `using()` option.
 from __future__ import annotations
 
 import logging
+import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -311,9 +312,10 @@ class DatabaseBackend(BaseTaskBackend):
 
 
 def _key(value) -> str:
-    """A key as given, or an integer's digits (ordering_key=customer.id); anything else is left
-    for validate_task to refuse (str() of it would be a key nobody meant: "b'k'", "False")."""
-    if type(value) is int:
+    """A key as given, or the text of an integer or a UUID (ordering_key=customer.id,
+    idempotency_key=request_id); anything else is left for validate_task to refuse: str() of it
+    would be a key nobody meant ("b'k'", "False", "Order object (1)")."""
+    if type(value) is int or isinstance(value, uuid.UUID):
         return str(value)
     return value
 

@@ -208,10 +208,14 @@ def test_a_run_after_past_what_a_database_stores_is_refused():
     assert not Job.objects.exists()
 
 
-def test_integer_keys_are_their_digits():
-    result = tasks.noop.using(ordering_key=42, concurrency_key=7, idempotency_key=9).enqueue(1)
+def test_integer_and_uuid_keys_are_their_text():
+    import uuid
+
+    request = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    result = tasks.noop.using(ordering_key=42, concurrency_key=7, idempotency_key=request).enqueue()
     job = Job.objects.get(pk=result.id)
-    assert (job.ordering_key, job.concurrency_key, job.idempotency_key) == ("42", "7", "9")
+    assert (job.ordering_key, job.concurrency_key) == ("42", "7")
+    assert job.idempotency_key == "12345678-1234-5678-1234-567812345678"
 
 
 @pytest.mark.parametrize(
