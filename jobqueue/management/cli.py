@@ -167,6 +167,14 @@ class PipeAwareOutput(OutputWrapper):
         except BrokenPipeError as exc:
             raise OutputClosed from exc
 
+    def write_data(self, data: str):
+        """A file's bytes sent to stdout (an export to `-`): for a pipe or a file, as they are
+        (a CSV's line endings are \r\n; its fields are quoted by the format)."""
+        try:
+            self._out.write(data)
+        except BrokenPipeError as exc:
+            raise OutputClosed from exc
+
     def flush(self):
         try:
             self._out.flush()

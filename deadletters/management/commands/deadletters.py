@@ -484,7 +484,7 @@ class Command(cli.Command):
             )
             for chunk in chunks:
                 if out is None:
-                    self.stdout.write(chunk, ending="")
+                    self.stdout.write_data(chunk)
                 else:
                     out.write(chunk)
         except BaseException:
