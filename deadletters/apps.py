@@ -1,5 +1,9 @@
+import logging
+
 from django.apps import AppConfig
 from django.core import checks
+
+logger = logging.getLogger("deadletters")
 
 
 class DeadlettersConfig(AppConfig):
@@ -39,8 +43,6 @@ def register_sources():
     every command (`manage.py check` among them) with a traceback: the system check says what
     is wrong with it (redrive.E005), and the commands that run the checks (runworker,
     runserver) stop on that."""
-    import logging
-
     from jobqueue.store import sources
 
     from . import conf
@@ -50,6 +52,4 @@ def register_sources():
             try:
                 sources.register(name)
             except Exception as exc:  # noqa: BLE001 - reported by the check, with its reason
-                logging.getLogger("deadletters").warning(
-                    "event=source_not_loaded source=%s error=%s", name, repr(exc)[:300]
-                )
+                logger.warning("event=source_not_loaded source=%s error=%s", name, repr(exc)[:300])

@@ -5,14 +5,22 @@ import re
 import time
 
 _NEEDS_QUOTES = re.compile(r'[ "=\x00-\x1f\x7f-\x9f]').search
-# Newline, carriage return and tab by name, every other control character by its code: a field
-# (an error message, a task's name) cannot break the line, fake another, or reach a terminal as
-# an escape sequence.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-}
+
+
+def control_escapes(keep: str = "") -> dict[int, str]:
+    """A str.translate table writing each control character (C0, DEL, C1) but those in `keep`
+    as a visible escape: newline, carriage return and tab by name, the rest by code. Text from
+    tasks and brokers (an error message, a class's name) then cannot break a line, fake
+    another, or reach a terminal as an escape sequence."""
+    named = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+    return {
+        c: named.get(c, f"\\x{c:02x}")
+        for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+        if chr(c) not in keep
+    }
+
+
+_CONTROL = control_escapes()
 
 
 def logfmt(value) -> str:

@@ -221,16 +221,16 @@ class LeaseTable(Mapping):
                 held.lost = True
             return True
 
-    def to_settle(self, job_id: int, claim: Job | None = None) -> Held | None:
+    def to_settle(self, claim: Job) -> Held | None:
         """The claim whose outcome the settler is about to store, marked settling; None if
-        there is nothing to store: no longer held, held as another claim (`claim`: the one the
-        outcome is of), or its lease lost (then forgotten here)."""
+        there is nothing to store: no longer held, held as another claim of the job (a newer
+        one), or its lease lost (then forgotten here)."""
         with self._lock:
-            held = self._held.get(job_id)
-            if held is None or (claim is not None and held.job is not claim):
+            held = self._held.get(claim.pk)
+            if held is None or held.job is not claim:
                 return None
             if held.lost:
-                del self._held[job_id]
+                del self._held[claim.pk]
                 return None
             held.settling = True
             return held
@@ -340,7 +340,9 @@ def _close_transactions_left_open(wrappers) -> list[str]:
 
 @dataclass(slots=True)
 class Finished:
-    job_id: int
+    # The claim the handler ran (LeaseTable.to_settle): a handler given up on past its timeout
+    # may return after the job was claimed again, and its outcome is not the new claim's.
+    claim: Job
     duration: float
     value: object = None
     # `value` as the JSON its acknowledgement stores, checked and encoded once (_execute).
@@ -349,9 +351,6 @@ class Finished:
     formatted: str = ""
     permanent: bool = False  # fail without retry whatever the error's class
     suspended: workflows.Suspend | None = None  # a workflow that waits (its job already does)
-    # The claim the handler ran (LeaseTable.to_settle): a handler given up on past its timeout
-    # may return after the job was claimed again, and its outcome is not the new claim's.
-    claim: Job | None = None
 
     @property
     def acknowledged_value(self):
@@ -771,9 +770,7 @@ class Worker(Loop):
                             f"the task returned inside a transaction on {', '.join(left_open)}:"
                             " its uncommitted writes were rolled back"
                         )
-                        outcome = Finished(
-                            job.pk, outcome.duration, error=exc, formatted=str(exc), claim=job
-                        )
+                        outcome = Finished(job, outcome.duration, error=exc, formatted=str(exc))
                     if outcome.suspended is None:
                         self._learn_duration(outcome.duration)
                     # A job may have enqueued another (a batch's completion, a continuation):
@@ -831,16 +828,13 @@ class Worker(Loop):
                 # return the same value. Refused here, the job fails alone; reaching the
                 # acknowledgement, it would fail the batch's statement.
                 return Finished(
-                    job.pk,
+                    job,
                     time.monotonic() - started,
                     error=exc,
                     formatted=formatted_traceback(exc),
                     permanent=True,
-                    claim=job,
                 )
-            return Finished(
-                job.id, time.monotonic() - started, value=value, stored=stored, claim=job
-            )
+            return Finished(job, time.monotonic() - started, value=value, stored=stored)
         except workflows.Suspend as suspended:
             # The workflow's job already waits (its transaction did that): only let go of it,
             # before the heartbeat would try to extend a lease that is no longer there.
@@ -852,7 +846,7 @@ class Worker(Loop):
                 reason=suspended.reason,
                 duration_ms=f"{(time.monotonic() - started) * 1000:.1f}",
             )
-            return Finished(job.pk, time.monotonic() - started, suspended=suspended, claim=job)
+            return Finished(job, time.monotonic() - started, suspended=suspended)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none is silent
             if isinstance(exc, DatabaseError):
                 try:
@@ -860,11 +854,7 @@ class Worker(Loop):
                 except Exception:  # noqa: BLE001 - a broken connection may fail to close too
                     logger.warning("event=handler_connection_reset_failed job_id=%s", job.pk)
             return Finished(
-                job.pk,
-                time.monotonic() - started,
-                error=exc,
-                formatted=formatted_traceback(exc),
-                claim=job,
+                job, time.monotonic() - started, error=exc, formatted=formatted_traceback(exc)
             )
 
     @cached_property
@@ -936,7 +926,7 @@ class Worker(Loop):
                 break
             if fin.suspended:
                 continue  # a workflow waiting: let go of already
-            held = self.held.to_settle(fin.job_id, fin.claim)
+            held = self.held.to_settle(fin.claim)
             if held is None:
                 continue  # given up on (timeout), released, or its lease lost
             (failed if fin.error else done).append((held, fin))

@@ -22,7 +22,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
-from jobqueue.logfmt import Formatter, logfmt
+from jobqueue.logfmt import Formatter, control_escapes, logfmt
 from jobqueue.loop import first_line, next_backoff
 from jobqueue.models import WorkerRecord
 
@@ -142,12 +142,9 @@ class OutputClosed(Exception):
     """The reader of stdout went away (a pager quit, `| head`)."""
 
 
-# Control characters other than newline and tab, as visible escapes: what a command prints
-# comes partly from tasks and brokers (error messages, class names, payloads), and raw escape
-# sequences there could clear the operator's screen, retitle the terminal or fake lines.
-_TERMINAL_SAFE = {
-    c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)
-}
+# What a command prints comes partly from tasks and brokers (error messages, class names,
+# payloads): its control characters, but for newline and tab, are shown as escapes.
+_TERMINAL_SAFE = control_escapes(keep="\n\t")
 
 
 def terminal_safe(text: str) -> str:
@@ -188,7 +185,10 @@ class Command(BaseCommand):
     def __init__(self, stdout=None, stderr=None, no_color=False, force_color=False):
         super().__init__(stdout, stderr, no_color, force_color)
         self.stdout = PipeAwareOutput(stdout or sys.stdout)
-        self.stderr = PipeAwareOutput(stderr or sys.stderr)
+        self._set_stderr(stderr or sys.stderr)
+
+    def _set_stderr(self, out):
+        self.stderr = PipeAwareOutput(out)
         self.stderr.style_func = self.style.ERROR  # as Django's own stderr
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -203,8 +203,7 @@ class Command(BaseCommand):
         if options.get("stdout"):
             self.stdout = PipeAwareOutput(options.pop("stdout"))
         if options.get("stderr"):
-            self.stderr = PipeAwareOutput(options.pop("stderr"))
-            self.stderr.style_func = self.style.ERROR
+            self._set_stderr(options.pop("stderr"))
         return super().execute(*args, **options)
 
     def run_from_argv(self, argv):

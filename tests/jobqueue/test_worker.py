@@ -239,11 +239,11 @@ def test_the_outcome_of_a_handler_given_up_on_is_not_taken_for_the_jobs_next_cla
     [second] = store.claim(worker_id=worker.worker_id, queues=None, limit=1, lease_seconds=30)
     worker.held.hold(second)
     worker.held.start(second, None)
-    worker.finished.put(Finished(first.pk, duration=3.5, value="late", claim=first))
+    worker.finished.put(Finished(first, duration=3.5, value="late"))
     worker._settle()
     assert Job.objects.get(pk=result.id).state == JobState.RUNNING  # the new claim runs on
     assert worker.held[second.pk].job is second
-    worker.finished.put(Finished(second.pk, duration=0.1, value=3, claim=second))
+    worker.finished.put(Finished(second, duration=0.1, value=3))
     worker._settle()
     job = Job.objects.get(pk=result.id)
     assert (job.state, job.return_value) == (JobState.DONE, 3)
@@ -342,11 +342,15 @@ def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
 
     ok, bad = tasks.noop.enqueue(), tasks.always_fails.enqueue()
     worker = Worker(poll_interval=0.05)
+    claimed = {}
     for job in store.claim(worker_id=worker.worker_id, queues=None, limit=2, lease_seconds=30):
         worker.held.hold(job)
         worker.held.start(job, None)
-    worker.finished.put(Finished(int(ok.id), 0.01, value=None))
-    worker.finished.put(Finished(int(bad.id), 0.01, error=ConnectionError("gone"), formatted=""))
+        claimed[job.pk] = job
+    worker.finished.put(Finished(claimed[int(ok.id)], 0.01, value=None))
+    worker.finished.put(
+        Finished(claimed[int(bad.id)], 0.01, error=ConnectionError("gone"), formatted="")
+    )
     real = getattr(store, failing)
 
     def fails_once(*args, **kwargs):
@@ -454,7 +458,7 @@ def run_claimed(worker, n: int) -> list[Job]:
     for job in claimed:
         worker.held.hold(job)
         worker.held.returned(worker.held.start(job, None))
-        worker.finished.put(Finished(job.pk, duration=0.01, value=None))
+        worker.finished.put(Finished(job, duration=0.01, value=None))
     return claimed
 
 
