@@ -53,11 +53,14 @@ from .jobs import (
 from .leases import SWEEP_LIMIT, error_entry
 from .payloads import (
     CLASS_PATH_CHARS,
+    MAX_JSON_DEPTH,
     MAX_MESSAGE_CHARS,
     MAX_TRACEBACK_CHARS,
     CheckedJSON,
     check_payload,
     dumps,
+    json_depth,
+    loads,
     normalized,
     storable_json,
     storable_text,
@@ -66,6 +69,7 @@ from .workers import Tally, forget_worker, record_worker
 
 __all__ = [
     "CLASS_PATH_CHARS",
+    "MAX_JSON_DEPTH",
     "MAX_MESSAGE_CHARS",
     "MAX_TRACEBACK_CHARS",
     "SKIP_KEY_HELD",
@@ -91,6 +95,8 @@ __all__ = [
     "fail",
     "forget_worker",
     "job_actions",
+    "json_depth",
+    "loads",
     "normalized",
     "prune_finished_jobs",
     "queues",

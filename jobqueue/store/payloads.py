@@ -83,22 +83,109 @@ class CheckedJSON(str):
     __slots__ = ()
 
 
+MAX_JSON_DEPTH = 64
+"""How deeply a stored JSON value may nest: one limit for every value Redrive stores (payloads,
+return values, workflow signals and step results, outbox bodies, broker bodies). Real payloads
+nest a handful of levels; the limit keeps every page, command and walk that shows a value far
+from Python's recursion limit (a value nested ~990 deep was storable and then a 500 wherever it
+was shown)."""
+
+
+def json_depth(value) -> int:
+    """How deeply `value` nests (a scalar is 0, [] and {} are 1), walked without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_JSON_DEPTH:  # no need to walk a too-deep value to its bottom
+                return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _refuse_too_deep(value, text: str | None, what: str) -> None:
+    # A value can only nest N deep if its JSON has at least N brackets: str.count scans in C,
+    # so nearly every value is cleared without a walk.
+    if text is not None and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise UnstorableValue(
+            f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or pass an id"
+        )
+
+
+def loads(text: str, what: str = "value", **options):
+    """JSON text as data, refused (ValueError, UnstorableValue) when it is not JSON, holds an
+    integer too long to read, or nests deeper than MAX_JSON_DEPTH: the reading side of the
+    same door storable_json is."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _text_depth(text) > MAX_JSON_DEPTH:
+        raise UnstorableValue(
+            f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or pass an id"
+        )
+    try:
+        return json.loads(text, **options)
+    except RecursionError:  # unreachable after the depth scan, kept as the last guard
+        raise UnstorableValue(f"{what} nests too deeply") from None
+
+
+def _text_depth(text: str) -> int:
+    """The bracket depth of JSON text outside its strings; only run on text with many
+    brackets."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def storable_json(value, what: str = "value") -> str:
     """JSON text both databases store and give back unchanged.
 
     Raises TypeError (not JSON), ValueError (NaN, infinity, an integer too long to print) or
-    UnstorableValue: a string or key holding NUL, which PostgreSQL refuses in jsonb ("unsupported
-    Unicode escape sequence"), or a lone surrogate, which it refuses as invalid JSON. SQLite
-    would take both; they are refused there too, so a payload's fate never depends on the
-    database. The encoder escapes every non-ASCII character, so one scan for a backslash-u
-    escape clears almost every text; only one containing such an escape is walked.
+    UnstorableValue: a value nested deeper than MAX_JSON_DEPTH, or a string or key holding NUL,
+    which PostgreSQL refuses in jsonb ("unsupported Unicode escape sequence"), or a lone
+    surrogate, which it refuses as invalid JSON. SQLite would take both; they are refused there
+    too, so a payload's fate never depends on the database. The encoder escapes every non-ASCII
+    character, so one scan for a backslash-u escape clears almost every text; only one
+    containing such an escape is walked.
     """
     if type(value) is CheckedJSON:
         return value
     empty = _EMPTY.get(type(value))  # most payloads and return values: no encoding
     if empty is not None and not value:
         return empty
-    text = _encode(value)
+    try:
+        text = _encode(value)
+    except ValueError:
+        # The encoder's own limit (Python's recursion limit, or a cycle): name ours instead.
+        if isinstance(value, dict | list | tuple):
+            _refuse_too_deep(value, None, what)
+        raise
+    _refuse_too_deep(value, text, what)
     if "\\u" in text and ("\\u0000" in text or "\\ud" in text):
         _refuse_unstorable(value, what)
     return text

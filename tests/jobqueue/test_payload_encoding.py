@@ -14,7 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobqueue.backend import task_result
-from jobqueue.store.payloads import dumps, normalized
+from jobqueue.errors import UnstorableValue
+from jobqueue.store.payloads import (
+    MAX_JSON_DEPTH,
+    dumps,
+    json_depth,
+    loads,
+    normalized,
+    storable_json,
+)
 from tests import tasks
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
@@ -103,3 +111,30 @@ def test_task_result_is_the_constructor_without_a_second_normalisation():
     assert built.args is values["args"]  # held as given: the row's already-normalised lists
     with pytest.raises(TypeError, match="needs exactly"):
         task_result(**{k: v for k, v in values.items() if k != "worker_ids"})
+
+
+def nested(depth: int, leaf="x"):
+    value = leaf
+    for n in range(depth):
+        value = [value] if n % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 990, 5_000])
+def test_a_value_nested_past_the_one_depth_limit_is_refused_by_name(depth):
+    with pytest.raises(UnstorableValue, match=f"deeper than {MAX_JSON_DEPTH} levels"):
+        storable_json(nested(depth), "args")
+    with pytest.raises(UnstorableValue, match=f"deeper than {MAX_JSON_DEPTH} levels"):
+        loads(json.dumps(nested(min(depth, 900))), "the body")
+
+
+def test_a_value_at_the_depth_limit_is_stored_and_read_back():
+    value = nested(MAX_JSON_DEPTH)
+    assert json_depth(value) == MAX_JSON_DEPTH
+    assert loads(storable_json(value)) == value
+
+
+@given(st.text(alphabet='[]{}"\\,:ab', max_size=40))
+def test_brackets_inside_strings_do_not_count_toward_depth(text):
+    value = ["[" * 70 + text]
+    assert loads(storable_json(value)) == value

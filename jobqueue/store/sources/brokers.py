@@ -20,7 +20,6 @@ or the resumed run finishes; what the broker cannot do atomically is said by eac
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from jobqueue.loop import FaultPoints
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
 
 from ..dead_letters import pending_fields, return_to_pending
-from ..payloads import MAX_MESSAGE_CHARS, storable_text
+from ..payloads import MAX_MESSAGE_CHARS, loads, storable_text
 from . import BaseSource, Description, Replayed
 
 log = logging.getLogger("jobqueue.sources")
@@ -236,8 +235,8 @@ def body_value(body: bytes, content_type: str | None = None):
         return {UNCONVERTED: "bytes", "summary": f"{len(body)} bytes, not UTF-8"}
     if len(text) <= BODY_CHARS:
         try:
-            return plain(json.loads(text))
-        except (ValueError, RecursionError):  # not JSON, or nested past what we walk
+            return plain(loads(text, "a message body"))
+        except ValueError:  # not JSON, or nested deeper than any stored value may (its text)
             pass
     return storable_text(text, BODY_CHARS)
 
