@@ -16,23 +16,16 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from jobqueue.models import DeadLetter, Job, JobAction, JobState
+from jobqueue.models import WAITING as WAITING_STATUSES
+from jobqueue.models import DeadLetter, Job, JobAction, JobState, JobStatus
 
 from . import conf, redaction
 from .selectors import SelectionTooLarge
 
-# The browser's states: the table's `ready` split by what the job waits for.
-STATES = {
-    "ready": "Ready (due now)",
-    "scheduled": "Scheduled (first run later)",
-    "retrying": "Retrying (next attempt later)",
-    "running": "Running",
-    "done": "Done",
-    "dead": "Dead",
-    "cancelled": "Cancelled",
-}
+# The browser's tabs: the one vocabulary of job states (jobqueue.models.JobStatus).
+STATES = dict(JobStatus.choices)
 # Where an operator may act: a job that has not started.
-WAITING = ("ready", "scheduled", "retrying")
+WAITING = tuple(s.value for s in WAITING_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -52,24 +45,14 @@ IN_READY_INDEXES = Q(concurrency_key__isnull=True) | Q(concurrency_key__isnull=F
 
 
 def state_q(state: str, now: datetime) -> Q:
-    match state:
-        case "ready":
-            return Q(state=JobState.READY, run_after__lte=now) & IN_READY_INDEXES
-        case "scheduled":
-            return Q(state=JobState.READY, run_after__gt=now, attempts=0) & IN_READY_INDEXES
-        case "retrying":
-            return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0) & IN_READY_INDEXES
-        case "running" | "done" | "dead" | "cancelled":
-            return Q(state=state)
-    return Q()
+    if state not in STATES:
+        return Q()
+    q = JobStatus(state).q(now)
+    return q & IN_READY_INDEXES if state in WAITING else q
 
 
 def browser_state(job: Job, now: datetime) -> str:
-    if job.state != JobState.READY:
-        return job.state
-    if job.run_after <= now:
-        return "ready"
-    return "retrying" if job.attempts else "scheduled"
+    return JobStatus.of(job, now).value
 
 
 def filtered(f: JobFilter, now: datetime, using: str = "default"):

@@ -17,6 +17,8 @@ from django.utils import timezone
 
 from jobqueue.conf import policy
 from jobqueue.models import (
+    LEASED,
+    WAITING,
     DeadLetter,
     DeadLetterState,
     Job,
@@ -195,9 +197,7 @@ def snapshot(
             .filter(state=JobState.READY, concurrency_key__isnull=not keyed)
             .values("queue_name", "task_path")
             .annotate(
-                ready=Count("id", filter=Q(run_after__lte=now)),
-                scheduled=Count("id", filter=Q(run_after__gt=now)),
-                retrying=Count("id", filter=Q(attempts__gt=0)),
+                **{s.value: Count("id", filter=s.q(now)) for s in WAITING},
                 oldest=Min("run_after", filter=Q(run_after__lte=now)),
             )
         ):
@@ -212,15 +212,10 @@ def snapshot(
         Job.objects.using(using)
         .filter(state=JobState.RUNNING)
         .values("queue_name", "task_path")
-        .annotate(
-            running=Count("id", filter=Q(locked_until__gt=now)),
-            expired=Count("id", filter=Q(locked_until__lte=now)),
-            retrying=Count("id", filter=Q(attempts__gt=1)),
-        )
+        .annotate(**{s.value: Count("id", filter=s.q(now)) for s in LEASED})
     ):
         target = row(r["queue_name"], r["task_path"])
         target.running, target.expired = r["running"], r["expired"]
-        target.retrying += r["retrying"]
     for (queue, task), n in count_dead_letters(using).items():
         row(queue, task).dead_letters = n
 

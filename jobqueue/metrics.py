@@ -28,14 +28,14 @@ logger = logging.getLogger("jobqueue.metrics")
 
 PER_ROW = [
     ("redrive_jobs_ready", "Due jobs waiting for a worker.", "ready"),
-    ("redrive_jobs_scheduled", "Jobs scheduled for later (deferred or backing off).", "scheduled"),
+    ("redrive_jobs_scheduled", "Jobs whose first run is later.", "scheduled"),
     ("redrive_jobs_running", "Jobs under a live lease.", "running"),
     (
         "redrive_jobs_lease_expired",
         "Running jobs whose lease expired, not yet re-claimed.",
         "expired",
     ),
-    ("redrive_jobs_retrying", "Jobs not done that have failed at least once.", "retrying"),
+    ("redrive_jobs_retrying", "Failed jobs waiting out their backoff.", "retrying"),
     ("redrive_dead_letters_pending", "Dead letters awaiting replay or discard.", "dead_letters"),
     ("redrive_oldest_ready_age_seconds", "Age of the oldest due job.", "oldest_ready_age"),
 ]

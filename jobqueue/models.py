@@ -1,5 +1,7 @@
 """Durable queue records. Every write to them goes through jobqueue.store."""
 
+from __future__ import annotations
+
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
@@ -17,6 +19,61 @@ class JobState(models.TextChoices):
     # An operator cancelled it before it ran (jobqueue.store.job_actions): final, and its key
     # stays taken, so a producer retrying the same key does not bring it back.
     CANCELLED = "cancelled", "Cancelled"
+
+
+class JobStatus(models.TextChoices):
+    """What a job is doing now: its stored state read against the time and its lease. The one
+    vocabulary of job states that the health page, the jobs browser, the commands, unique jobs'
+    holds and /metrics all use, so two screens never count the same jobs differently.
+
+    A stored READY job is *ready* (due), *scheduled* (its first run is later) or *retrying*
+    (failed, waiting out its backoff); a stored RUNNING job is *running* or *expired* (its lease
+    ran out and no worker has claimed it again). The others are the stored state itself."""
+
+    READY = "ready", "Ready (due now)"
+    SCHEDULED = "scheduled", "Scheduled (first run later)"
+    RETRYING = "retrying", "Retrying (next attempt later)"
+    RUNNING = "running", "Running"
+    EXPIRED = "expired", "Running, lease expired"
+    DONE = "done", "Done"
+    DEAD = "dead", "Dead"
+    CANCELLED = "cancelled", "Cancelled"
+
+    @classmethod
+    def of(cls, job, now) -> JobStatus:
+        if job.state == JobState.READY:
+            if job.run_after <= now:
+                return cls.READY
+            return cls.RETRYING if job.attempts else cls.SCHEDULED
+        if job.state == JobState.RUNNING:
+            return (
+                cls.EXPIRED if job.locked_until is None or job.locked_until <= now else cls.RUNNING
+            )
+        return cls(job.state)
+
+    def q(self, now) -> Q:
+        """The jobs in this status, as a filter."""
+        match self:
+            case JobStatus.READY:
+                return Q(state=JobState.READY, run_after__lte=now)
+            case JobStatus.SCHEDULED:
+                return Q(state=JobState.READY, run_after__gt=now, attempts=0)
+            case JobStatus.RETRYING:
+                return Q(state=JobState.READY, run_after__gt=now, attempts__gt=0)
+            case JobStatus.RUNNING:
+                return Q(state=JobState.RUNNING, locked_until__gt=now)
+            case JobStatus.EXPIRED:
+                return Q(state=JobState.RUNNING) & (
+                    Q(locked_until__lte=now) | Q(locked_until__isnull=True)
+                )
+        return Q(state=self.value)
+
+
+# A job waiting for a worker (where an operator may still run it now or cancel it), one under
+# a lease, and the two together: a job not finished, in the order screens list them.
+WAITING = (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.RETRYING)
+LEASED = (JobStatus.RUNNING, JobStatus.EXPIRED)
+UNFINISHED = WAITING + LEASED
 
 
 class JobQuerySet(models.QuerySet):

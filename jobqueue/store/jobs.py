@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from jobqueue.conf import policy
 from jobqueue.logfmt import log_line
-from jobqueue.models import DeadLetter, Job, JobState, RateBucket, UniqueKey
+from jobqueue.models import DeadLetter, Job, JobState, JobStatus, RateBucket, UniqueKey
 
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
@@ -31,9 +31,10 @@ from .payloads import check_payload, dumps, storable_json
 logger = logging.getLogger("jobqueue.sweep")
 
 
-# What a unique job's hold can cover (besides a period): due, waiting (its time or a retry's),
-# running.
-UNIQUE_STATES = ("ready", "scheduled", "running")
+# What a unique job's hold can cover (besides a period), in the one vocabulary of job states
+# (JobStatus): due, waiting for its first run, waiting out a retry's backoff, running (a lease
+# that expired still holds: the job has not finished).
+UNIQUE_STATES = ("ready", "scheduled", "retrying", "running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +222,10 @@ def _enqueue_unique(connection, dialect, job: Job, spec: Unique, now, using) -> 
 def _holds(holder: Job, hold: UniqueKey, now: datetime) -> bool:
     if hold.expires_at is not None and hold.expires_at > now:
         return True
-    states = hold.states.split(",")
-    if holder.state == JobState.RUNNING:
-        return "running" in states
-    if holder.state == JobState.READY:
-        return ("scheduled" if holder.run_after > now else "ready") in states
-    return False
+    status = JobStatus.of(holder, now)
+    if status == JobStatus.EXPIRED:
+        status = JobStatus.RUNNING
+    return status.value in hold.states.split(",")
 
 
 def _insert_keyed(connection, dialect, job: Job) -> int | None:

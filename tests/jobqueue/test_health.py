@@ -33,6 +33,7 @@ def fixture_data():
     for minutes in (1, 2, 7):
         JobFactory(task_path="a.task", run_after=ago(minutes=minutes))  # due
     JobFactory(task_path="a.task", run_after=NOW + timedelta(hours=1))  # scheduled
+    JobFactory(task_path="a.task", run_after=NOW + timedelta(minutes=5), attempts=1)  # retrying
     JobFactory(task_path="a.task", run_after=ago(minutes=3), attempts=2)  # due, retrying
     JobFactory(task_path="a.task", running=True, locked_until=NOW + timedelta(seconds=30))
     JobFactory(task_path="a.task", running=True, attempts=3, locked_until=ago(seconds=5))
@@ -86,7 +87,9 @@ def test_figures_are_exact(fixture_data):
     rows = {(r.queue, r.task): r for r in health.rows}
     a = rows["default", "a.task"]
     assert (a.ready, a.scheduled, a.running, a.expired) == (4, 1, 1, 1)
-    assert a.retrying == 2  # the due job with attempts=2 and the expired one on attempt 3
+    # Retrying: waiting out a backoff. The due job on attempt 2 is ready, and the running one
+    # on attempt 3 whose lease ran out is expired (one vocabulary: jobqueue.models.JobStatus).
+    assert a.retrying == 1
     assert a.oldest_ready_age == 7 * 60
     assert (a.succeeded_5m, a.failed_5m, a.succeeded_60m, a.failed_60m) == (8, 2, 18, 12)
     b = rows["mail", "b.task"]
@@ -236,6 +239,10 @@ def test_ready_jobs_with_and_without_a_concurrency_key_add_up_in_one_row():
     JobFactory(task_path="t.sync", run_after=now - timedelta(seconds=90), concurrency_key="acct:1")
     JobFactory(task_path="t.sync", run_after=now + timedelta(hours=1), concurrency_key="acct:2")
     JobFactory(task_path="t.sync", run_after=now - timedelta(seconds=5), attempts=1)
+    JobFactory(task_path="t.sync", run_after=now + timedelta(minutes=1), attempts=1)
+    JobFactory(
+        task_path="t.sync", run_after=now + timedelta(minutes=1), concurrency_key="a:3", attempts=2
+    )
     [row] = [r for r in snapshot(now=now).rows if r.task == "t.sync"]
-    assert (row.ready, row.scheduled, row.retrying) == (3, 1, 1)
+    assert (row.ready, row.scheduled, row.retrying) == (3, 1, 2)
     assert 89 <= row.oldest_ready_age <= 91  # the keyed job's, the older of the two halves

@@ -51,6 +51,43 @@ def test_a_job_waiting_for_its_time_holds_the_key_only_under_scheduled():
     assert scheduled.enqueue(2).id == held.id
 
 
+def test_a_job_waiting_out_a_retry_holds_the_key_by_default_and_only_under_retrying():
+    """Retrying is its own state, as on every screen: "scheduled" is a first run later."""
+    backing_off = {"attempts": 1, "run_after": timezone.now() + timedelta(minutes=5)}
+    held = tasks.noop.using(unique_key="r").enqueue(1)
+    Job.objects.filter(pk=held.id).update(**backing_off)
+    assert tasks.noop.using(unique_key="r").enqueue(2).id == held.id
+
+    only_scheduled = tasks.noop.using(unique_key="q", unique_while=("scheduled",))
+    first = only_scheduled.enqueue(1)
+    Job.objects.filter(pk=first.id).update(**backing_off)
+    assert only_scheduled.enqueue(2).id != first.id
+    only_retrying = tasks.noop.using(unique_key="p", unique_while=("retrying",))
+    first = only_retrying.enqueue(1)
+    Job.objects.filter(pk=first.id).update(**backing_off)
+    assert only_retrying.enqueue(2).id == first.id
+
+
+def test_a_hold_taken_before_retrying_was_a_state_still_covers_a_retry():
+    from importlib import import_module
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    migration = import_module("jobqueue.migrations.0020_unique_holds_cover_retrying")
+    held = tasks.noop.using(unique_key="old").enqueue(1)
+    UniqueKey.objects.filter(key="old").update(states="ready,scheduled,running")
+    UniqueKey.objects.create(key="narrow", job_id=held.id, states="running")
+    migration.add_retrying(apps, SimpleNamespace(connection=connection))  # as migrate calls it
+    assert UniqueKey.objects.get(key="old").states == "ready,scheduled,retrying,running"
+    assert UniqueKey.objects.get(key="narrow").states == "running"
+    Job.objects.filter(pk=held.id).update(
+        attempts=1, run_after=timezone.now() + timedelta(minutes=5)
+    )
+    assert tasks.noop.using(unique_key="old").enqueue(2).id == held.id
+
+
 def test_a_period_holds_the_key_whatever_the_job_did_then_lets_go():
     now = timezone.now()
     hourly = tasks.noop.using(unique_key="report", unique_while=(), unique_for=3600)

@@ -1,8 +1,11 @@
 import json
+from types import SimpleNamespace
+
+from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.management import cli
-from jobqueue.models import Job, JobState
+from jobqueue.models import Job, JobStatus
 
 FIELDS = [
     "id",
@@ -26,7 +29,7 @@ class Command(cli.Command):
     help = "List jobs, newest first."
 
     def add_arguments(self, parser):
-        parser.add_argument("--state", choices=JobState.values, default=None)
+        parser.add_argument("--state", choices=JobStatus.values, default=None)
         parser.add_argument(
             "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."
         )
@@ -39,9 +42,10 @@ class Command(cli.Command):
         parser.add_argument("--json", action="store_true", help="One JSON object per line.")
 
     def handle(self, *args, **opts):
+        now = timezone.now()
         jobs = Job.objects.order_by("-id")
         if opts["state"]:
-            jobs = jobs.filter(state=opts["state"])
+            jobs = jobs.filter(JobStatus(opts["state"]).q(now))
         if opts["task"]:
             jobs = jobs.filter(task_path=opts["task"])
         limit = opts["limit"]
@@ -51,12 +55,13 @@ class Command(cli.Command):
         for row in rows[:limit]:
             errors = row.pop("errors")
             row["last_error"] = errors[-1]["message"] if errors else None
+            row["state"] = JobStatus.of(SimpleNamespace(**row), now).value
             if opts["json"]:
                 self.stdout.write(json.dumps(row, default=str))
             else:
                 self.stdout.write(
                     cli.one_line(
-                        f"{row['id']:>8} {row['state']:<8} {row['attempts']}/{row['max_attempts']} "
+                        f"{row['id']:>8} {row['state']:<9} {row['attempts']}/{row['max_attempts']} "
                         f"{row['task_path']} key={row['idempotency_key'] or '-'}"
                         + (f" error={row['last_error']!r}" if row["last_error"] else "")
                     )
