@@ -55,7 +55,7 @@ def test_each_job_is_in_exactly_the_status_its_filter_finds(every_status):
     assert {s: Job.objects.filter(s.q(now)).count() for s in JobStatus} == BUILT
 
 
-def test_the_health_page_metrics_and_queuehealth_count_each_status_alike(
+def test_the_health_page_metrics_queuehealth_and_queues_count_each_status_alike(
     every_status, client, settings, viewer_client, capsys
 ):
     totals = snapshot().totals
@@ -77,6 +77,10 @@ def test_the_health_page_metrics_and_queuehealth_count_each_status_alike(
     call_command("queuehealth", "--json")
     reported = json.loads(capsys.readouterr().out)["totals"]
     assert {s: reported[s.value] for s in UNFINISHED} == unfinished
+
+    call_command("queues", "list", "--json")
+    [queue] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {s: queue[s.value] for s in UNFINISHED} == unfinished
 
     page = viewer_client.get("/deadletters/health/")
     assert page.status_code == 200

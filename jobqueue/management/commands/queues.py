@@ -3,7 +3,10 @@ import json
 from jobqueue import store
 from jobqueue.health import snapshot
 from jobqueue.management import cli
-from jobqueue.models import PausedQueue
+from jobqueue.models import UNFINISHED, PausedQueue
+
+# A queue's live figures: its jobs not finished, by state (jobqueue.models.JobStatus).
+LIVE = tuple(status.value for status in UNFINISHED)
 
 PERMISSION = "jobqueue.pause_queue"
 
@@ -40,15 +43,14 @@ class Command(cli.Command):
         health = snapshot()
         live: dict[str, dict] = {}
         for row in health.rows:
-            figures = live.setdefault(row.queue, {"ready": 0, "scheduled": 0, "running": 0})
-            figures["ready"] += row.ready
-            figures["scheduled"] += row.scheduled
-            figures["running"] += row.running + row.expired
+            figures = live.setdefault(row.queue, dict.fromkeys(LIVE, 0))
+            for status in LIVE:
+                figures[status] += getattr(row, status)
         paused = store.queues.paused()
         limits = store.rate_limits()
         names = sorted({q for q, f in live.items() if any(f.values())} | set(paused) | set(limits))
         for name in names:
-            figures = live.get(name, {"ready": 0, "scheduled": 0, "running": 0})
+            figures = live.get(name, dict.fromkeys(LIVE, 0))
             pause = paused.get(name)
             row = {
                 "queue": name,
@@ -67,8 +69,9 @@ class Command(cli.Command):
                     state += f", at most {limits[name]:g} jobs/s"
                 self.stdout.write(
                     cli.one_line(
-                        f"{name:<24} ready={row['ready']} scheduled={row['scheduled']} "
-                        f"running={row['running']}  {state}"
+                        f"{name:<24} "
+                        + " ".join(f"{status}={row[status]}" for status in LIVE)
+                        + f"  {state}"
                     )
                 )
         if not names and not as_json:
