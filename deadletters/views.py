@@ -716,11 +716,19 @@ def job_list(request):
     f = _filter(form, request.user)
     cursors = form.cleaned_data
     echo = _backend_echo(backend) + form.echo()
+    try:
+        result = jobs.page(
+            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
+        )
+        timed_out = None
+    except search.SearchTimedOut as exc:
+        result, timed_out = jobs.JobPage([], None, None), exc
     context = {
         "form": form,
-        "page": jobs.page(
-            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
-        ),
+        "page": result,
+        # What a text search read: the page says so, and a search stopped at its time limit.
+        "searched": f.q and {"scan": f"{search.JOB_SCAN:,}", "seconds": f"{search.TIME_LIMIT:g}"},
+        "search_timed_out": timed_out,
         "filter_query": urlencode(echo),
         "shown_filter": echo,
         "echo": echo,
@@ -824,6 +832,9 @@ def job_preview(request):
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    except search.SearchTimedOut as exc:
+        messages.error(request, f"Nothing selected: {exc}. Narrow it by state, task or queue.")
         return HttpResponseRedirect(back)
     return redirect("deadletters:job-confirm", pk=selection.pk)
 
