@@ -9,7 +9,8 @@ from django.views.decorators.http import require_GET
 
 from deadletters import conf, databases
 from deadletters.roles import PAUSE_QUEUE
-from deadletters.views import console_view, render_page
+from deadletters.views import console_view, render_page, whole_page
+from jobqueue import store
 from jobqueue.health import SUMMED, Health, failure_rate, snapshot
 from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
 
@@ -219,9 +220,12 @@ def dashboard(request):
         "now": now,
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
         "can_pause": request.user.has_perm(PAUSE_QUEUE),
-        # Queues an operator may pause: those with live work (internal one included) or paused.
+        # The queues a pause takes without "no jobs yet" ticked (store.queues.known), offered
+        # to those who may pause; a poll of the health figures does not show the form.
         "queue_names": sorted(
-            {r.queue for r in health.rows} | {queue for _, part in parts for queue in part.paused}
-        ),
+            {q for backend, _ in parts for q in store.queues.known(backend.database, now)}
+        )
+        if request.user.has_perm(PAUSE_QUEUE) and whole_page(request)
+        else [],
     }
     return render_page(request, "deadletters/dashboard.html", "health", context)

@@ -321,6 +321,7 @@ class QueueControlForm(forms.Form):
     action = forms.ChoiceField(choices=[("pause", "Pause"), ("resume", "Resume")])
     queue = forms.CharField(max_length=100, strip=False)
     reason = forms.CharField(max_length=2000)
+    allow_unknown = forms.BooleanField(required=False)
 
     def clean_queue(self):
         queue = self.cleaned_data["queue"]

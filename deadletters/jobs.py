@@ -9,6 +9,7 @@ the same one; ids repeat across databases."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,7 +20,7 @@ from django.utils import timezone
 from jobqueue.models import WAITING as WAITING_STATUSES
 from jobqueue.models import DeadLetter, Job, JobAction, JobState, JobStatus
 
-from . import conf, redaction
+from . import conf, redaction, search
 from .selectors import SelectionTooLarge
 
 # The browser's tabs: the one vocabulary of job states (jobqueue.models.JobStatus).
@@ -56,6 +57,9 @@ def browser_state(job: Job, now: datetime) -> str:
 
 
 def filtered(f: JobFilter, now: datetime, using: str = "default"):
+    """The jobs `f` matches, and with a text search the newest job it left out (that one and
+    older ones were not searched: search.newest), else None. Run a search's statements inside
+    `searching(f, using)`."""
     qs = Job.objects.using(using).filter(state_q(f.state, now))
     if f.task:
         qs = qs.filter(task_path=f.task)
@@ -63,20 +67,27 @@ def filtered(f: JobFilter, now: datetime, using: str = "default"):
         qs = qs.filter(queue_name=f.queue)
     if f.key:
         qs = qs.filter(idempotency_key=f.key)
-    if f.q:
-        # A scan of the rows the other filters leave, newest first, stopped at a page: narrow
-        # with a state, task or queue on a big table.
-        # Arguments only for a user who may see them unmasked: a match would otherwise tell
-        # which jobs hold a masked value.
-        qs = qs.annotate(errors_text=Cast("errors", TextField()))
-        found = Q(errors_text__icontains=f.q)
-        if f.payload_search:
-            qs = qs.annotate(
-                args_text=Cast("args", TextField()), kwargs_text=Cast("kwargs", TextField())
-            )
-            found |= Q(args_text__icontains=f.q) | Q(kwargs_text__icontains=f.q)
-        qs = qs.filter(found)
-    return qs
+    if not f.q:
+        return qs, None
+    # No index holds the jobs' text: the newest JOB_SCAN jobs the other filters leave are
+    # read, so a narrower filter reaches further back.
+    qs, left_out = search.newest(qs, qs, search.JOB_SCAN)
+    # Arguments only for a user who may see them unmasked: a match would otherwise tell which
+    # jobs hold a masked value.
+    qs = qs.annotate(errors_text=Cast("errors", TextField()))
+    found = Q(errors_text__icontains=f.q)
+    if f.payload_search:
+        qs = qs.annotate(
+            args_text=Cast("args", TextField()), kwargs_text=Cast("kwargs", TextField())
+        )
+        found |= Q(args_text__icontains=f.q) | Q(kwargs_text__icontains=f.q)
+    return qs.filter(found), left_out
+
+
+def searching(f: JobFilter, using: str = "default"):
+    """Where a read of `filtered(f)` runs: under the search's time limit if `f` searches text
+    (search.SearchTimedOut past it)."""
+    return search.time_limit(using) if f.q else nullcontext()
 
 
 @dataclass
@@ -93,6 +104,7 @@ class JobPage:
     rows: list[Row]
     next_after: int | None  # older rows: ?after=<id>
     prev_before: int | None  # newer rows: ?before=<id>
+    search_left_out: int | None = None  # a text search did not read this job and older ones
 
 
 LISTED = (
@@ -107,17 +119,19 @@ def page(
 ) -> JobPage:
     now = now or timezone.now()
     size = size or conf.get("PAGE_SIZE")
-    qs = filtered(f, now, using).only(*LISTED)
+    with searching(f, using):
+        qs, left_out = filtered(f, now, using)
+        qs = qs.only(*LISTED)
+        if before:
+            jobs = list(qs.filter(id__gt=before).order_by("id")[: size + 1])
+        else:
+            jobs = list((qs.filter(id__lt=after) if after else qs).order_by("-id")[: size + 1])
     if before:
-        jobs = list(qs.filter(id__gt=before).order_by("id")[: size + 1])
         more_newer = len(jobs) > size
         jobs = jobs[:size][::-1]
         next_after = jobs[-1].id if jobs else None
         prev_before = jobs[0].id if jobs and more_newer else None
     else:
-        if after:
-            qs = qs.filter(id__lt=after)
-        jobs = list(qs.order_by("-id")[: size + 1])
         more_older = len(jobs) > size
         jobs = jobs[:size]
         next_after = jobs[-1].id if jobs and more_older else None
@@ -138,7 +152,7 @@ def page(
         )
         for job in jobs
     ]
-    return JobPage(rows, next_after, prev_before)
+    return JobPage(rows, next_after, prev_before, left_out)
 
 
 def _running_for(job: Job, now: datetime) -> float | None:
@@ -247,12 +261,11 @@ def _pretty(value) -> str:
 
 
 def matching_ids(f: JobFilter, cap: int, now=None, using: str = "default") -> list[int]:
-    """The ids "select all matching" means, newest first; SelectionTooLarge past `cap`."""
-    ids = list(
-        filtered(f, now or timezone.now(), using)
-        .order_by("-id")
-        .values_list("id", flat=True)[: cap + 1]
-    )
+    """The ids "select all matching" means, newest first (of a text search, those the page
+    shows it read); SelectionTooLarge past `cap`, search.SearchTimedOut past its time limit."""
+    with searching(f, using):
+        qs, _ = filtered(f, now or timezone.now(), using)
+        ids = list(qs.order_by("-id").values_list("id", flat=True)[: cap + 1])
     if len(ids) > cap:
         raise SelectionTooLarge(cap)
     return ids

@@ -10,9 +10,17 @@ input is a syntax error.
 SQLite: no index; a substring match (case-insensitive for ASCII) over the error text and the
 payload's JSON, bounded to the newest SQLITE_SCAN letters so a search never reads a whole
 large table. The list says so when the bound applies.
+
+Jobs (the jobs browser's `q`, deadletters/jobs.py): no index on either database (one over the
+arguments and errors would cost every enqueue and every failed attempt its entries), so the same
+bound, `newest`: the newest JOB_SCAN jobs the other filters leave, and a time limit on top
+(`time_limit`): a search that still takes longer is stopped and the page says so.
 """
 
-from django.db import connections, transaction
+import time
+from contextlib import contextmanager
+
+from django.db import OperationalError, connections, transaction
 from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 
@@ -44,6 +52,62 @@ PG_MATCH = _match(payload=True)
 PG_ERROR_MATCH = _match(payload=False)
 
 SQLITE_SCAN = 100_000
+JOB_SCAN = 50_000
+TIME_LIMIT = 5.0  # seconds
+
+
+def newest(qs, scope, n: int):
+    """`qs` narrowed to the newest `n` rows of `scope` by id (an index walk of n rows), and the
+    newest row of `scope` left out (it and every older one were not searched), or None."""
+    left_out = next(iter(scope.order_by("-id").values_list("id", flat=True)[n : n + 1]), None)
+    return (qs if left_out is None else qs.filter(id__gt=left_out)), left_out
+
+
+class SearchTimedOut(Exception):
+    """A search stopped at its time limit (`time_limit`)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"The search took longer than {seconds:g} s and was stopped")
+        self.seconds = seconds
+
+
+@contextmanager
+def time_limit(using: str = "default", seconds: float | None = None):
+    """The statements inside end after `seconds` (TIME_LIMIT) with SearchTimedOut.
+
+    PostgreSQL: statement_timeout set LOCAL in a transaction of its own (or a savepoint), which
+    a transaction pooler (PgBouncer) keeps on one server connection and which ends with it.
+    SQLite: a progress handler that interrupts the statement once the deadline has passed."""
+    seconds = TIME_LIMIT if seconds is None else seconds
+    connection = connections[using]
+    try:
+        with transaction.atomic(using=using):
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT current_setting('statement_timeout'),"
+                        " set_config('statement_timeout', %s, true)",
+                        [str(max(1, round(seconds * 1000)))],
+                    )
+                    before = cursor.fetchone()[0]
+                yield
+                # Nested in a longer transaction, a LOCAL setting would outlive this block.
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+            else:
+                deadline = time.monotonic() + seconds
+                connection.connection.set_progress_handler(
+                    lambda: time.monotonic() >= deadline, 1000
+                )
+                try:
+                    yield
+                finally:
+                    connection.connection.set_progress_handler(None, 0)
+    except OperationalError as exc:
+        cause = exc.__cause__
+        if getattr(cause, "sqlstate", None) == "57014" or str(cause) == "interrupted":
+            raise SearchTimedOut(seconds) from exc
+        raise
 
 
 def bounded(using: str = "default") -> bool:
@@ -83,14 +147,7 @@ def matching(qs, text: str, *, payload: bool = False, using: str = "default"):
                 pk__in=RawSQL(f"SELECT id FROM jobqueue_deadletter WHERE {sql} OFFSET 0", [text])
             )
         return qs.filter(RawSQL(sql, [text], output_field=BooleanField()))
-    newest = (
-        qs.model.objects.using(using)
-        .order_by("-id")
-        .values_list("id", flat=True)[SQLITE_SCAN - 1 : SQLITE_SCAN]
-    )
-    floor = next(iter(newest), None)
-    if floor is not None:
-        qs = qs.filter(id__gte=floor)
+    qs, _ = newest(qs, qs.model.objects.using(using), SQLITE_SCAN)
     found = Q(last_error__icontains=text)
     if payload:
         found |= Q(args__icontains=text) | Q(kwargs__icontains=text)

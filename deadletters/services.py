@@ -684,12 +684,24 @@ def approve(run: ReplayRun, *, operator, background: bool = True, now=None) -> R
 
 
 def control_queue(
-    action: str, queue: str, *, operator, reason: str, now=None, using: str = "default"
+    action: str,
+    queue: str,
+    *,
+    operator,
+    reason: str,
+    allow_unknown: bool = False,
+    now=None,
+    using: str = "default",
 ) -> bool:
     """Pause or resume a queue of the queue database `using` for an operator (store.queues
-    writes it with its audit row, there); False if it was already so."""
-    change = store.queues.pause if action == "pause" else store.queues.resume
-    return change(queue, actor=operator.get_username(), reason=reason, now=now, using=using)
+    writes it with its audit row, there); False if it was already so. A pause of a queue that
+    is not known is store.queues.UnknownQueue unless `allow_unknown`."""
+    actor = operator.get_username()
+    if action == "pause":
+        return store.queues.pause(
+            queue, actor=actor, reason=reason, allow_unknown=allow_unknown, now=now, using=using
+        )
+    return store.queues.resume(queue, actor=actor, reason=reason, now=now, using=using)
 
 
 def act_on_schedule(action: str, name: str, *, operator, reason: str, now=None):

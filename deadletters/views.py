@@ -25,6 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jobqueue import store
 from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
 from jobqueue.store import sources
 
@@ -162,7 +163,7 @@ def page_not_found(request, exception=None, template_name="deadletters/error.htm
     return render(request, template_name, context, status=404)
 
 
-def _whole_page(request) -> bool:
+def whole_page(request) -> bool:
     """A normal load, a boosted link, or htmx's history restore (which also sends HX-Request,
     and must get a page back): the whole page, not a partial."""
     htmx = request.htmx
@@ -172,7 +173,7 @@ def _whole_page(request) -> bool:
 def render_page(request, template, partial, context):
     """The partial for an HTMX swap; the whole page for a normal load, a boosted link, and
     htmx's history restore (which also sends HX-Request, and must get a page back)."""
-    whole = _whole_page(request)
+    whole = whole_page(request)
     response = render(request, template if whole else f"{template}#{partial}", context)
     # One URL, two bodies: caches (the browser's back button included) must key on the header.
     patch_vary_headers(response, ("HX-Request",))
@@ -258,7 +259,7 @@ def letter_list(request):
     # The filter form swaps itself with the rows (its fields carry their errors); the pager
     # swaps only the rows.
     partial = "listing" if request.htmx.target == "listing" else "results"
-    if f.job_type and (partial == "listing" or _whole_page(request)):
+    if f.job_type and (partial == "listing" or whole_page(request)):
         # A job type's letters grouped by cause, above the rows: not for the pager, which
         # swaps only the rows.
         context["causes"] = selectors.causes(f.job_type, using=backend.database)
@@ -602,8 +603,16 @@ def queue_control(request):
             queue,
             operator=request.user,
             reason=form.cleaned_data["reason"],
+            allow_unknown=form.cleaned_data["allow_unknown"],
             using=backend.database,
         )
+    except store.queues.UnknownQueue as exc:
+        messages.error(
+            request,
+            f"Nothing changed: {exc}. To pause it before its first job, tick "
+            "“Pause a queue that has no jobs yet”.",
+        )
+        return HttpResponseRedirect(reverse("deadletters:health") + "#queue-control")
     except ValueError as exc:
         messages.error(request, f"Nothing changed: {exc}.")
         return redirect("deadletters:health")
@@ -716,11 +725,19 @@ def job_list(request):
     f = _filter(form, request.user)
     cursors = form.cleaned_data
     echo = _backend_echo(backend) + form.echo()
+    try:
+        result = jobs.page(
+            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
+        )
+        timed_out = None
+    except search.SearchTimedOut as exc:
+        result, timed_out = jobs.JobPage([], None, None), exc
     context = {
         "form": form,
-        "page": jobs.page(
-            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
-        ),
+        "page": result,
+        # What a text search read: the page says so, and a search stopped at its time limit.
+        "searched": f.q and {"scan": f"{search.JOB_SCAN:,}", "seconds": f"{search.TIME_LIMIT:g}"},
+        "search_timed_out": timed_out,
         "filter_query": urlencode(echo),
         "shown_filter": echo,
         "echo": echo,
@@ -824,6 +841,9 @@ def job_preview(request):
         )
     except (selectors.SelectionTooLarge, services.RefusedError) as exc:
         messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    except search.SearchTimedOut as exc:
+        messages.error(request, f"Nothing selected: {exc}. Narrow it by state, task or queue.")
         return HttpResponseRedirect(back)
     return redirect("deadletters:job-confirm", pk=selection.pk)
 

@@ -2,18 +2,40 @@
 
 Each change is written with its audit row (QueueAction) in one transaction; pausing a paused
 queue or resuming a running one changes nothing and records nothing.
+
+Only a known queue is paused (`known`), unless the caller says it means a new one
+(`allow_unknown`): a typo's pause ("defualt") would otherwise be listed as paused while the real
+queue kept running. Any paused name can be resumed.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import difflib
+import logging
+from datetime import datetime, timedelta
+from importlib import import_module
 
+from django.apps import apps
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.module_loading import module_has_submodule
 
-from jobqueue.models import PausedQueue, QueueAction
+from jobqueue.databases import queue_databases
+from jobqueue.models import (
+    DeadLetter,
+    Job,
+    JobCounter,
+    JobState,
+    PausedQueue,
+    QueueAction,
+    WorkerRecord,
+)
 
+from .jobs import rate_limits
 from .payloads import operator_action
+
+logger = logging.getLogger(__name__)
 
 
 def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
@@ -24,11 +46,34 @@ def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
     return (queue, *operator_action(actor, reason, actor_chars=actor_chars))
 
 
+class UnknownQueue(ValueError):
+    """A pause of a queue no job, setting, task, worker or pause names."""
+
+    def __init__(self, queue: str, known: set[str]):
+        close = difflib.get_close_matches(queue, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        shown = ", ".join(sorted(known)[:20]) + (", …" if len(known) > 20 else "")
+        super().__init__(
+            f"no queue {queue!r} has jobs or is configured ({hint}known: {shown or 'none'})"
+        )
+        self.queue = queue
+
+
 def pause(
-    queue: str, *, actor: str, reason: str, now: datetime | None = None, using: str = "default"
+    queue: str,
+    *,
+    actor: str,
+    reason: str,
+    allow_unknown: bool = False,
+    now: datetime | None = None,
+    using: str = "default",
 ) -> bool:
-    """Pause `queue`; False if it was paused already (then nothing is written)."""
+    """Pause `queue`; False if it was paused already (then nothing is written). UnknownQueue
+    for a queue that is not `known` (nor has any job or dead letter), unless `allow_unknown`:
+    a queue paused before its first job."""
     queue, actor, reason = _checked(queue, actor, reason)
+    if not allow_unknown and not is_known(queue, using):
+        raise UnknownQueue(queue, known(using))
     now = now or timezone.now()
     try:
         with transaction.atomic(using=using):
@@ -53,6 +98,63 @@ def resume(
             return False
         _audit(queue, QueueAction.Kind.RESUME, actor, reason, now, using)
     return True
+
+
+# Finished jobs are known from the per-minute counters of this long ago (the table has no index
+# by queue for them): an older queue is still found by `is_known`, which looks for one row.
+COUNTED = timedelta(days=1)
+
+
+def known(using: str = "default", now: datetime | None = None) -> set[str]:
+    """The queues of the queue database `using` an operator may mean: those configured (the
+    QUEUES of its TASKS backends, "default", REDRIVE["RATE_LIMITS"], the queues of the tasks in
+    the installed apps' `tasks` modules, scheduled ones and the console's among them), those a
+    worker takes from, those paused, and those with jobs waiting or running, or finished in the
+    last COUNTED. Each from an index or a small table."""
+    now = now or timezone.now()
+    names = {"default", *rate_limits(), *_of_tasks()}
+    tasks = getattr(settings, "TASKS", {}) or {}
+    for database in queue_databases():
+        if database.database == using:
+            for alias in database.aliases:
+                names.update((tasks.get(alias) or {}).get("QUEUES") or ())
+    for queues in WorkerRecord.objects.using(using).values_list("queues", flat=True):
+        if isinstance(queues, list):  # written by workers, but a JSON column
+            names.update(q for q in queues if isinstance(q, str))
+    names.update(PausedQueue.objects.using(using).values_list("queue_name", flat=True))
+    live = Job.objects.using(using).filter(state__in=[JobState.READY, JobState.RUNNING])
+    names.update(live.values_list("queue_name", flat=True).distinct())
+    counted = JobCounter.objects.using(using).filter(minute__gte=now - COUNTED)
+    names.update(counted.values_list("queue_name", flat=True).distinct())
+    return {name for name in names if isinstance(name, str)}
+
+
+def is_known(queue: str, using: str = "default") -> bool:
+    """Whether `queue` is `known`, or any job or dead letter of `using` is of it."""
+    return (
+        queue in known(using)
+        or DeadLetter.objects.using(using).filter(queue_name=queue).exists()
+        or Job.objects.using(using).filter(queue_name=queue).exists()
+    )
+
+
+def _of_tasks() -> set[str]:
+    """The queue names of the tasks the installed apps' `tasks` modules hold (where @task and
+    @periodic are declared, as the worker and the schedules find them). A module that fails to
+    import names none: it must not stop an operator pausing a queue."""
+    from django.tasks import Task
+
+    names = set()
+    for app in apps.get_app_configs():
+        if not module_has_submodule(app.module, "tasks"):
+            continue
+        try:
+            module = import_module(f"{app.name}.tasks")
+        except Exception:  # noqa: BLE001 - the project's code, failing in any way
+            logger.warning("%s.tasks failed to import: its queues are not known", app.name)
+            continue
+        names.update(v.queue_name for v in vars(module).values() if isinstance(v, Task))
+    return names
 
 
 def paused(using: str = "default") -> dict[str, PausedQueue]:

@@ -1,14 +1,20 @@
 """The jobs browser: every job by state and filter, newest first, keyset-paged; a job's page
 with its attempts and links; payloads redacted and escaped; hostile parameters refused."""
 
+import contextlib
 from datetime import timedelta
 
+import psycopg
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
-from deadletters import jobs
+from deadletters import jobs, search
 from jobqueue.models import JobState
+from tests.conftest import database_url
 from tests.factories import DeadLetterFactory, JobFactory
+
+from .conftest import logged_in
 
 pytestmark = pytest.mark.django_db
 URL = "/deadletters/jobs/"
@@ -123,3 +129,84 @@ def test_a_dead_job_links_its_letter_and_a_failed_attempt_shows_how_long_it_ran(
     listing = viewer_client.get(URL, {"state": "dead"}).content.decode()
     assert f'href="/deadletters/{letter.pk}/"' in listing
     assert "after 12.5 ms" in viewer_client.get(f"{URL}{job.pk}/").content.decode()
+
+
+def test_a_text_search_reads_only_the_newest_jobs_of_its_filter_and_says_so(
+    viewer_client, monkeypatch
+):
+    monkeypatch.setattr(search, "JOB_SCAN", 2)
+    old = JobFactory(task_path="shop.invoice", errors=[{"message": "SMTP 421 busy"}])
+    newer = [JobFactory(errors=[{"message": "bounced"}]).pk for _ in range(2)]
+    response = viewer_client.get(URL, {"q": "smtp 421"})
+    body = response.content.decode()
+    assert response.status_code == 200 and ids(response) == []
+    assert "reads the newest 2 jobs the other filters leave" in body
+    assert f"Job #{old.pk} and older ones were not searched" in body
+    assert response.context["page"].search_left_out == old.pk < min(newer)
+    # A narrower filter reaches further back: the newest 2 of that task hold it.
+    narrowed = viewer_client.get(URL, {"q": "smtp 421", "task": "shop.invoice"})
+    assert ids(narrowed) == [old.pk] and narrowed.context["page"].search_left_out is None
+    assert "were not searched" not in narrowed.content.decode()
+    # "Select all matching" takes the jobs the page says it searched, and no others.
+    assert jobs.matching_ids(jobs.JobFilter(q="bounced"), cap=10) == newer[::-1]
+    assert jobs.matching_ids(jobs.JobFilter(q="smtp"), cap=10) == []
+
+
+@pytest.fixture
+def stalled_search(request, monkeypatch):
+    """A jobs search that cannot finish within its time limit: on PostgreSQL another session
+    holds the jobs table locked (a wait statement_timeout counts); on SQLite the limit is zero,
+    so the progress handler stops the first statement that reads a few hundred rows."""
+    JobFactory.create_batch(300, errors=[{"message": "bounced"}])
+    if connection.vendor != "postgresql":
+        monkeypatch.setattr(search, "TIME_LIMIT", 0)
+        yield
+        return
+    monkeypatch.setattr(search, "TIME_LIMIT", 0.2)
+    with psycopg.connect(database_url(connection)) as other:
+        other.execute("LOCK TABLE jobqueue_job IN ACCESS EXCLUSIVE MODE")
+        yield
+        other.rollback()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_past_its_time_limit_is_a_message_on_the_page_not_an_error(
+    viewer, operator, stalled_search
+):
+    response = logged_in(viewer).get(URL, {"q": "smtp"})
+    body = response.content.decode()
+    assert response.status_code == 200 and ids(response) == []
+    assert "The search took longer than" in body and "Narrow it by state, task or queue" in body
+    assert "No jobs match this filter" not in body
+    selecting = logged_in(operator).post(
+        "/deadletters/jobs/preview/",
+        {"action": "cancel", "select_all": "1", "q": "smtp"},
+        follow=True,
+    )
+    assert selecting.status_code == 200
+    assert "Nothing selected: The search took longer than" in selecting.content.decode()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_the_time_limit_stops_a_long_statement_and_leaves_no_setting_behind(nested):
+    slow = (
+        "SELECT pg_sleep(30)"
+        if connection.vendor == "postgresql"
+        else "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+        "SELECT count(*) FROM (SELECT i FROM n LIMIT 1000000000)"
+    )
+    outer = transaction.atomic() if nested else contextlib.nullcontext()
+    with outer:
+        with pytest.raises(search.SearchTimedOut), search.time_limit(seconds=0.05):
+            connection.cursor().execute(slow)
+        with search.time_limit(seconds=7), connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW statement_timeout")
+                assert cursor.fetchone()[0] == "0"
+        else:
+            # The handler is gone: a statement longer than the limit runs on.
+            with connection.cursor() as cursor:
+                cursor.execute(slow.replace("1000000000", "300000"))
+                assert cursor.fetchone()[0] == 300000

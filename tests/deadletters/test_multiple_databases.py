@@ -232,6 +232,13 @@ def test_the_overview_counts_each_backends_job_types(two_backends, client):
 
 
 def test_a_queue_of_backend_b_is_paused_in_its_database(two_backends, client):
+    JobB(queue_name="there")  # known in b's database, not in default's
+    refused = client.post(
+        reverse("deadletters:queue-control"),
+        {"action": "pause", "queue": "there", "reason": "maintenance"},
+        follow=True,
+    )
+    assert b"no queue &#x27;there&#x27; has jobs" in refused.content
     response = client.post(
         reverse("deadletters:queue-control"),
         {"backend": "b", "action": "pause", "queue": "there", "reason": "maintenance"},

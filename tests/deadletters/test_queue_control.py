@@ -5,6 +5,7 @@ from django.test import Client
 
 from jobqueue import store
 from jobqueue.models import PausedQueue, QueueAction
+from tests.factories import JobFactory
 
 from .conftest import logged_in
 
@@ -14,6 +15,7 @@ HEALTH = "/deadletters/health/"
 
 @pytest.mark.django_db
 def test_an_operator_pauses_and_resumes_a_queue_and_the_audit_names_them(operator_client):
+    JobFactory(queue_name="mail")
     page = operator_client.get(HEALTH)
     assert b"Pause or resume a queue" in page.content
     response = operator_client.post(
@@ -34,7 +36,7 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_audit_names_them(operato
 
 @pytest.mark.django_db
 def test_a_viewer_sees_paused_queues_but_may_not_pause_one(viewer_client):
-    store.queues.pause("mail", actor="ana", reason="<script>alert(1)</script>")
+    store.queues.pause("mail", actor="ana", reason="<script>alert(1)</script>", allow_unknown=True)
     page = viewer_client.get(HEALTH)
     assert b"Pause or resume a queue" not in page.content
     assert b"&lt;script&gt;alert(1)&lt;/script&gt;" in page.content
@@ -71,3 +73,25 @@ def test_bad_input_changes_nothing_and_says_why(operator_client, data):
     response = operator_client.post(URL, data, follow=True)
     assert response.status_code == 200 and b"Nothing changed" in response.content
     assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_form_offers_known_queues_and_refuses_another_unless_it_has_no_jobs_yet(
+    operator_client,
+):
+    JobFactory(queue_name="mail")
+    page = operator_client.get(HEALTH).content.decode()
+    assert '<option value="mail">' in page and '<option value="default">' in page
+    assert 'name="allow_unknown"' in page
+    typo = operator_client.post(
+        URL, {"action": "pause", "queue": "mial", "reason": "x"}, follow=True
+    )
+    body = typo.content.decode()
+    assert "Nothing changed: no queue &#x27;mial&#x27; has jobs" in body
+    assert "did you mean &#x27;mail&#x27;?" in body and "has no jobs yet" in body
+    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    meant = {"action": "pause", "queue": "mial", "reason": "x", "allow_unknown": "1"}
+    assert operator_client.post(URL, meant).status_code == 302
+    assert PausedQueue.objects.get().queue_name == "mial"
+    operator_client.post(URL, {"action": "resume", "queue": "mial", "reason": "undo"})
+    assert not PausedQueue.objects.exists()

@@ -10,11 +10,12 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.health import snapshot
-from jobqueue.models import Job, JobState, PausedQueue, QueueAction
+from jobqueue.models import Job, JobCounter, JobState, PausedQueue, QueueAction, WorkerRecord
 from tests import tasks
 from tests.cli import run
 from tests.conftest import wait_until
-from tests.factories import UserFactory
+from tests.deadletters.conftest import user_with_role
+from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 T0 = timezone.now().replace(microsecond=0)
 
@@ -54,6 +55,7 @@ def test_a_job_already_running_in_a_paused_queue_still_finishes():
 
 @pytest.mark.django_db
 def test_pausing_twice_or_resuming_a_running_queue_changes_and_records_nothing():
+    enqueue("mail")
     assert store.queues.pause("mail", actor="ana", reason="x", now=T0)
     assert store.queues.pause("mail", actor="bo", reason="y", now=T0) is False
     assert store.queues.resume("other", actor="bo", reason="z", now=T0) is False
@@ -118,7 +120,8 @@ def test_running_workers_skip_a_queue_paused_under_them_and_take_it_again_on_res
     procs = [workers.start("--poll", "0.1", "--concurrency", "2") for _ in range(2)]
     warm = tasks.noop.enqueue(0)
     wait_until(lambda: Job.objects.get(pk=warm.id).state == JobState.DONE, message="warm-up")
-    store.queues.pause("mail", actor="ana", reason="provider down")
+    # Before its first job: paused as a queue no job names yet.
+    store.queues.pause("mail", actor="ana", reason="provider down", allow_unknown=True)
     held = [tasks.noop.using(queue_name="mail").enqueue(n) for n in range(5)]
     other = [tasks.noop.enqueue(n) for n in range(5)]
     wait_until(
@@ -148,3 +151,58 @@ def test_the_jobs_command_says_which_queues_are_paused():
     listing = run("jobs", "--json")
     assert all(json.loads(line) for line in listing.out.splitlines())  # stdout stays JSON
     assert "PAUSED" in listing.err
+
+
+@pytest.mark.django_db
+def test_a_pause_of_a_queue_nothing_names_is_refused_unless_meant_and_can_be_resumed():
+    enqueue("default")
+    with pytest.raises(store.queues.UnknownQueue, match="did you mean 'default'"):
+        store.queues.pause("defualt", actor="ana", reason="typo", now=T0)
+    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    assert store.queues.pause("defualt", actor="ana", reason="new", allow_unknown=True, now=T0)
+    assert store.queues.resume("defualt", actor="ana", reason="undo", now=T0) is True
+    # A pause written before names were checked (or by hand) is resumed as any other.
+    PausedQueue.objects.create(queue_name="ghost", paused_at=T0, paused_by="old", reason="x")
+    assert store.queues.resume("ghost", actor="ana", reason="gone", now=T0) is True
+    assert not PausedQueue.objects.exists()
+
+
+@pytest.mark.django_db
+def test_known_queues_are_the_configured_the_worked_the_live_the_counted_and_the_paused(
+    settings,
+):
+    settings.TASKS = {
+        "default": {"BACKEND": "jobqueue.backend.DatabaseBackend", "QUEUES": ["reports"]}
+    }
+    settings.REDRIVE = {**settings.REDRIVE, "RATE_LIMITS": {"stripe": 1}}
+    WorkerRecord.objects.create(
+        worker_id="h:1", host="h", pid=1, queues=["pdf", {"odd": 1}],
+        started_at=T0, last_heartbeat_at=T0,
+    )  # fmt: skip
+    JobCounter.objects.create(minute=T0.replace(second=0), queue_name="counted", task_path="t")
+    JobCounter.objects.create(minute=T0 - timedelta(days=3), queue_name="long-ago", task_path="t")
+    enqueue("waiting")
+    JobFactory(queue_name="finished", done=True)
+    DeadLetterFactory(queue_name="buried")
+    store.queues.pause("paused-early", actor="ana", reason="x", allow_unknown=True, now=T0)
+    known = store.queues.known(now=T0)
+    # Code names queues too: the demo's receipts task, the console's replay runner.
+    expected = {"default", "reports", "stripe", "pdf", "counted", "waiting", "paused-early"}
+    assert expected | {"receipts", "deadletters"} <= known
+    assert not {"long-ago", "finished", "buried"} & known  # not read for a list
+    # ... but a pause looks for one job or dead letter of the queue, in any state.
+    for queue in ("long-ago", "finished", "buried"):
+        assert store.queues.is_known(queue) is (queue != "long-ago")
+
+
+@pytest.mark.django_db
+def test_the_queues_command_refuses_an_unknown_queue_unless_told_it_has_no_jobs_yet():
+    operator = user_with_role("operator")
+    enqueue("default")
+    typo = run("queues", "pause", "defualt", "--reason", "x", "--operator", operator.username)
+    assert typo.refused_cleanly and "did you mean 'default'?" in typo.err
+    assert "--allow-unknown" in typo.err and not PausedQueue.objects.exists()
+    args = ("--reason", "before its first job", "--operator", operator.username)
+    meant = run("queues", "pause", "newq", "--allow-unknown", *args)
+    assert meant.code == 0 and "newq paused" in meant.out
+    assert run("queues", "resume", "newq", *args).out.strip() == "newq running"

@@ -23,14 +23,31 @@ class Command(cli.Command):
             each = sub.add_parser(name, help=f"{verb} a queue (running jobs finish).")
             each.add_argument("queue", type=cli.column(PausedQueue, "queue_name"))
             cli.add_audit_arguments(each, PERMISSION)
+            if name == "pause":
+                each.add_argument(
+                    "--allow-unknown",
+                    action="store_true",
+                    help="Pause a queue that has no jobs yet and is configured nowhere.",
+                )
 
     def handle(self, *args, **opts):
         if opts["command"] == "list":
             return self._list(opts["json"])
         operator = cli.operator(opts["operator"], PERMISSION).get_username()
-        change = store.queues.pause if opts["command"] == "pause" else store.queues.resume
         try:
-            changed = change(opts["queue"], actor=operator, reason=opts["reason"])
+            if opts["command"] == "pause":
+                changed = store.queues.pause(
+                    opts["queue"],
+                    actor=operator,
+                    reason=opts["reason"],
+                    allow_unknown=opts["allow_unknown"],
+                )
+            else:
+                changed = store.queues.resume(opts["queue"], actor=operator, reason=opts["reason"])
+        except store.queues.UnknownQueue as exc:
+            raise cli.usage_error(
+                f"Nothing paused: {exc}; --allow-unknown pauses it before its first job"
+            ) from None
         except ValueError as exc:
             raise cli.usage_error(exc) from None
         state = "paused" if opts["command"] == "pause" else "running"
