@@ -17,8 +17,9 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from jobqueue import store
 from jobqueue.models import WAITING as WAITING_STATUSES
-from jobqueue.models import DeadLetter, Job, JobAction, JobState, JobStatus
+from jobqueue.models import AuditEntry, DeadLetter, Job, JobState, JobStatus
 
 from . import conf, redaction, search
 from .selectors import SelectionTooLarge
@@ -189,7 +190,7 @@ class JobDetail:
     letter: DeadLetter | None  # the dead letter this job became
     replayed_from: DeadLetter | None  # the letter whose replay made this job
     replays: list[Job]  # jobs made by replaying this job's letter
-    actions: list[JobAction]  # operators' actions on it, newest first
+    actions: list[AuditEntry]  # operators' actions on it, newest first
     last_took_ms: float | None = None  # a done job's last (successful) attempt
 
 
@@ -249,9 +250,7 @@ def detail(pk: int, *, now=None, using: str = "default") -> JobDetail:
         letter=letter,
         replayed_from=replayed_from,
         replays=replays,
-        actions=list(
-            JobAction.objects.using(using).filter(job_id=job.pk).order_by("-at", "-id")[:50]
-        ),
+        actions=store.audit.history("job", job.pk, using=using),
         last_took_ms=last_took,
     )
 
@@ -281,7 +280,7 @@ class SelectionPreview:
 def preview(ids: list[int], action: str, now=None, using: str = "default") -> SelectionPreview:
     now = now or timezone.now()
     waiting = Job.objects.using(using).filter(pk__in=ids, state=JobState.READY)
-    if action == JobAction.Kind.RUN_NOW:
+    if action == "run_now":
         waiting = waiting.filter(run_after__gt=now)
     sample = list(Job.objects.using(using).filter(pk__in=ids).only(*LISTED).order_by("-id")[:20])
     return SelectionPreview(total=len(ids), actionable=waiting.count(), sample=sample)

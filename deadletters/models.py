@@ -375,7 +375,7 @@ class JobSelection(models.Model):
     operator = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
-    action = models.CharField(max_length=10)  # jobqueue.models.JobAction.Kind
+    action = models.CharField(max_length=10)  # run_now or cancel (jobqueue.store.job_actions)
     filter = models.JSONField(default=dict, blank=True)
     job_ids = models.JSONField(default=list)
     # The queue database the ids are jobs of (jobqueue.databases), where confirming acts.

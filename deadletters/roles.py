@@ -15,12 +15,12 @@ ACTION_PERMISSION = {
 }
 # Replay items past the poison limit (conf MAX_REPLAYS).
 POISON = "deadletters.replay_poisoned"
-# Pause and resume queues (jobqueue.store.queues; audited in jobqueue.QueueAction).
+# Pause and resume queues (jobqueue.store.queues; audited in the audit log, jobqueue.store.audit).
 PAUSE_QUEUE = "jobqueue.pause_queue"
 # Pause, resume or run a periodic job now (jobqueue.store.schedules; audited in
-# jobqueue.ScheduleAction).
+# the audit log).
 MANAGE_SCHEDULE = "jobqueue.manage_schedule"
-# Run a queued job now or cancel it (jobqueue.store.job_actions; audited in jobqueue.JobAction).
+# Run a queued job now or cancel it (jobqueue.store.job_actions; audited in the audit log).
 ACT_ON_JOB = "jobqueue.act_on_job"
 # Edit one letter's payload and replay it (audited in deadletters.PayloadEdit).
 EDIT = "deadletters.edit_deadletter"

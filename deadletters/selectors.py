@@ -675,3 +675,18 @@ def audit_exports(f: AuditFilter, *, size: int = 50) -> list:
     if f.until:
         rows = rows.filter(at__lt=f.until)
     return list(rows.order_by("-at", "-id")[:size])
+
+
+def audit_entries(f: AuditFilter, *, size: int = 50, using: str = "default") -> list:
+    """The most recent entries of the one audit log (jobqueue.AuditEntry: queue, job and
+    schedule actions, from every channel) the audit filter matches, by operator and time."""
+    from jobqueue.models import AuditEntry
+
+    rows = AuditEntry.objects.using(using).all()
+    if f.operator:
+        rows = rows.filter(actor=f.operator)
+    if f.since:
+        rows = rows.filter(at__gte=f.since)
+    if f.until:
+        rows = rows.filter(at__lt=f.until)
+    return list(rows.order_by("-id")[:size])

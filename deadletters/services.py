@@ -690,38 +690,56 @@ def control_queue(
     operator,
     reason: str,
     allow_unknown: bool = False,
+    channel: str = "code",
     now=None,
     using: str = "default",
 ) -> bool:
     """Pause or resume a queue of the queue database `using` for an operator (store.queues
-    writes it with its audit row, there); False if it was already so. A pause of a queue that
-    is not known is store.queues.UnknownQueue unless `allow_unknown`."""
-    actor = operator.get_username()
+    writes it with its audit entry, there); False if it was already so. A pause of a queue
+    that is not known is store.queues.UnknownQueue unless `allow_unknown`."""
+    who = {"actor": operator.get_username(), "reason": reason, "channel": channel}
     if action == "pause":
-        return store.queues.pause(
-            queue, actor=actor, reason=reason, allow_unknown=allow_unknown, now=now, using=using
-        )
-    return store.queues.resume(queue, actor=actor, reason=reason, now=now, using=using)
+        return store.queues.pause(queue, **who, allow_unknown=allow_unknown, now=now, using=using)
+    return store.queues.resume(queue, **who, now=now, using=using)
 
 
-def act_on_schedule(action: str, name: str, *, operator, reason: str, now=None):
+def act_on_schedule(
+    action: str, name: str, *, operator, reason: str, channel: str = "code", now=None
+):
     """Pause, resume or run a schedule now for an operator (audited in the store). Returns
     whether a pause or resume changed anything, or the job a run enqueued; ValueError says why
     nothing was done."""
     actor = operator.get_username()
     if action == "run":
-        return schedules.run_now(name, actor=actor, reason=reason, now=now)
+        return schedules.run_now(name, actor=actor, reason=reason, channel=channel, now=now)
     change = store.schedules.pause if action == "pause" else store.schedules.resume
-    return change(name, actor=actor, reason=reason, now=now)
+    return change(name, actor=actor, reason=reason, channel=channel, now=now)
 
 
 def act_on_jobs(
-    action: str, ids, *, operator, reason: str, now=None, using: str = "default"
+    action: str,
+    ids,
+    *,
+    operator,
+    reason: str,
+    channel: str = "code",
+    selection: int | None = None,
+    now=None,
+    using: str = "default",
 ) -> list[int]:
     """Run these queued jobs of the queue database `using` now or cancel them for an operator
-    (store.job_actions writes each change with its audit row, there); returns the ids changed."""
+    (store.job_actions writes each change with its audit entry, there, naming the frozen
+    `selection` they came from); returns the ids changed."""
     change = store.job_actions.run_now if action == "run_now" else store.job_actions.cancel
-    return change(ids, actor=operator.get_username(), reason=reason, now=now, using=using)
+    return change(
+        ids,
+        actor=operator.get_username(),
+        reason=reason,
+        channel=channel,
+        selection=selection,
+        now=now,
+        using=using,
+    )
 
 
 def freeze_job_selection(
@@ -744,7 +762,9 @@ def freeze_job_selection(
     )
 
 
-def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> list[int]:
+def apply_job_selection(
+    selection: JobSelection, *, reason: str, channel: str = "code", now=None
+) -> list[int]:
     """Carry out a frozen selection once, in its queue database; a second confirm changes
     nothing."""
     from . import databases
@@ -767,6 +787,8 @@ def apply_job_selection(selection: JobSelection, *, reason: str, now=None) -> li
             selection.job_ids,
             operator=selection.operator,
             reason=reason,
+            channel=channel,
+            selection=selection.pk,
             now=now,
             using=database,
         )

@@ -26,7 +26,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jobqueue import store
-from jobqueue.models import DeadLetter, Job, Schedule, ScheduleAction, ScheduleRun, Workflow
+from jobqueue.models import AuditEntry, DeadLetter, Job, Schedule, ScheduleRun, Workflow
 from jobqueue.store import sources
 
 from . import (
@@ -61,6 +61,9 @@ from .models import Action, JobSelection, ReplayRun, RunState, Selection
 from .roles import ACT_ON_JOB, ACTION_PERMISSION, EDIT, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
+
+# Every change made here is audited as done through the console.
+CONSOLE = AuditEntry.Channel.CONSOLE
 
 
 # What each permission lets one do, for the 403 page that names the one missing.
@@ -577,6 +580,7 @@ def audit(request):
         {
             "runs": runs,
             "exports": exports_,
+            "entries": selectors.audit_entries(form.to_filter()),
             "edits": edits.for_audit(form.to_filter()),
             "next_before": next_before,
             "form": form,
@@ -604,6 +608,7 @@ def queue_control(request):
             operator=request.user,
             reason=form.cleaned_data["reason"],
             allow_unknown=form.cleaned_data["allow_unknown"],
+            channel=CONSOLE,
             using=backend.database,
         )
     except store.queues.UnknownQueue as exc:
@@ -634,7 +639,7 @@ def schedule_list(request):
         "unrun": ScheduleRun.objects.exclude(outcome=ScheduleRun.Outcome.ENQUEUED)
         .select_related("schedule")
         .order_by("-at", "-id")[:50],
-        "actions": ScheduleAction.objects.order_by("-at", "-id")[:20],
+        "actions": AuditEntry.objects.filter(target_kind="schedule").order_by("-id")[:20],
         "can_manage": request.user.has_perm(MANAGE_SCHEDULE),
         "now": timezone.now(),
     }
@@ -654,7 +659,7 @@ def schedule_act(request):
     action, name = form.cleaned_data["action"], form.cleaned_data["schedule"]
     try:
         outcome = services.act_on_schedule(
-            action, name, operator=request.user, reason=form.cleaned_data["reason"]
+            action, name, operator=request.user, reason=form.cleaned_data["reason"], channel=CONSOLE
         )
     except ValueError as exc:
         messages.error(request, f"Nothing changed: {exc}.")
@@ -800,6 +805,7 @@ def job_act(request, pk):
         [pk],
         operator=request.user,
         reason=form.cleaned_data["reason"],
+        channel=CONSOLE,
         using=backend.database,
     )
     if changed:
@@ -868,7 +874,9 @@ def job_confirm(request, pk):
     form = JobConfirmForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and selection.applied_at is None:
         try:
-            changed = services.apply_job_selection(selection, reason=form.cleaned_data["reason"])
+            changed = services.apply_job_selection(
+                selection, reason=form.cleaned_data["reason"], channel=CONSOLE
+            )
         except services.RefusedError as exc:
             form.add_error(None, str(exc))
         else:

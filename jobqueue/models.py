@@ -497,47 +497,112 @@ class PausedQueue(models.Model):
         return f"{self.queue_name} paused by {self.paused_by}"
 
 
-class QueueAction(models.Model):
-    """The audit log of queue pauses and resumes: who, when, why, which queue."""
+# How the audit's verbs read where they are not just capitalised.
+AUDIT_VERBS = {"run_now": "Run now", "run": "Run now"}
 
-    class Kind(models.TextChoices):
-        PAUSE = "pause"
-        RESUME = "resume"
 
-    queue_name = models.CharField(max_length=100)
-    action = models.CharField(max_length=10, choices=Kind.choices)
-    actor = models.CharField(max_length=150)
-    reason = models.TextField()
+class AuditQuerySet(models.QuerySet):
+    """The audit log is append-only: rows are added by jobqueue.store.audit.record, and the ORM
+    refuses to change or delete them (the hash chain would tell anyway: `manage.py audit
+    verify`)."""
+
+    def update(self, **kwargs):
+        raise AppendOnly("the audit log is append-only: its rows are never updated")
+
+    def delete(self):
+        raise AppendOnly("the audit log is append-only: its rows are never deleted")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise AppendOnly("the audit log is append-only: its rows are never updated")
+
+
+class AppendOnly(Exception):
+    """A change to a row of the append-only audit log."""
+
+
+class AuditEntry(models.Model):
+    """One thing an operator did, through any channel: who, through what, what, on which
+    targets, why, with which parameters (masked as payloads are), its outcome, when.
+
+    Written only by jobqueue.store.audit.record, in the transaction of the change it records.
+    Each row carries the hash of its own content and of the row before it, and AuditChain holds
+    the newest, so an edited, removed or inserted row breaks the chain (`audit verify`)."""
+
+    class Channel(models.TextChoices):
+        CONSOLE = "console", "Console"
+        CLI = "cli", "Command line"
+        API = "api", "API"
+        CODE = "code", "Python code"  # a direct call of a store or service function
+        # Moved in from the tables each kind of action had before (migration 0021), which did
+        # not record the channel.
+        UNRECORDED = "unrecorded", "Not recorded"
+
+    seq = models.BigIntegerField(unique=True)  # 1, 2, 3, ... without gaps in one database
     at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["-at", "-id"], name="jobqueue_queueaction_at_idx")]
-
-    def __str__(self):
-        return f"{self.action} {self.queue_name} by {self.actor}"
-
-
-class JobAction(models.Model):
-    """The audit log of operators' actions on queued jobs: which job, what, who, when, why."""
-
-    class Kind(models.TextChoices):
-        RUN_NOW = "run_now", "Run now"
-        CANCEL = "cancel", "Cancel"
-
-    job_id = models.BigIntegerField()  # not a foreign key: the record outlives a pruned job
-    action = models.CharField(max_length=10, choices=Kind.choices)
     actor = models.CharField(max_length=150)
-    reason = models.TextField()
-    at = models.DateTimeField()
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    token = models.CharField(max_length=64, blank=True, default="")  # the API token that acted
+    action = models.CharField(max_length=40)  # "<kind>.<verb>": queue.pause, job.cancel, ...
+    target_kind = models.CharField(max_length=20)  # queue, job, schedule, letter, run, ...
+    # The targets' ids or names; a bulk action's chunk lists each (at most a chunk's worth).
+    targets = models.JSONField(default=list)
+    reason = models.TextField(blank=True, default="")
+    params = models.JSONField(default=dict)
+    outcome = models.CharField(max_length=20, default="done")
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    objects = AuditQuerySet.as_manager()
 
     class Meta:
         indexes = [
-            models.Index(fields=["job_id"], name="jobqueue_jobaction_job_idx"),
-            models.Index(fields=["-at", "-id"], name="jobqueue_jobaction_at_idx"),
+            models.Index(fields=["-at", "-id"], name="jobqueue_audit_at_idx"),
+            models.Index(fields=["actor", "-id"], name="jobqueue_audit_actor_idx"),
+            models.Index(fields=["action", "-id"], name="jobqueue_audit_action_idx"),
         ]
 
     def __str__(self):
-        return f"{self.action} job {self.job_id} by {self.actor}"
+        return f"{self.action} by {self.actor} via {self.channel}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnly("the audit log is append-only: its rows are never updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnly("the audit log is append-only: its rows are never deleted")
+
+    @property
+    def label(self) -> str:
+        """The action as a person reads it ("Run now" for job.run_now)."""
+        verb = self.action.partition(".")[2] or self.action
+        return AUDIT_VERBS.get(verb, verb.replace("_", " ").capitalize())
+
+
+class AuditTarget(models.Model):
+    """Which audit entries name a target: the lookup behind each target's own history (a job's,
+    a queue's, a schedule's page). Derived from AuditEntry.targets, which the chain covers."""
+
+    entry = models.ForeignKey(AuditEntry, on_delete=models.DO_NOTHING, related_name="+")
+    kind = models.CharField(max_length=20)
+    ref = models.CharField(max_length=255)
+
+    class Meta:
+        indexes = [models.Index(fields=["kind", "ref", "-entry"], name="jobqueue_audittarget_idx")]
+
+    def __str__(self):
+        return f"{self.kind} {self.ref} in entry {self.entry_id}"
+
+
+class AuditChain(models.Model):
+    """The newest link of a database's audit chain: locked by each append (so appends are one
+    line), and what `audit verify` checks the last row against (a removed newest row)."""
+
+    seq = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=64)
+
+    def __str__(self):
+        return f"audit chain at #{self.seq}"
 
 
 class Schedule(models.Model):
@@ -630,28 +695,6 @@ class ScheduleRun(models.Model):
 
     def __str__(self):
         return f"{self.schedule_id} {self.tick:%Y-%m-%d %H:%M:%S} {self.outcome}"
-
-
-class ScheduleAction(models.Model):
-    """The audit log of operators' actions on schedules: pause, resume, run now."""
-
-    class Kind(models.TextChoices):
-        PAUSE = "pause", "Pause"
-        RESUME = "resume", "Resume"
-        RUN = "run", "Run now"
-
-    schedule_name = models.CharField(max_length=200)  # outlives a removed schedule
-    action = models.CharField(max_length=10, choices=Kind.choices)
-    actor = models.CharField(max_length=150)
-    reason = models.TextField()
-    job_id = models.BigIntegerField(null=True, blank=True)
-    at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["-at", "-id"], name="jobqueue_scheduleaction_at_idx")]
-
-    def __str__(self):
-        return f"{self.action} {self.schedule_name} by {self.actor}"
 
 
 class UniqueKey(models.Model):

@@ -269,7 +269,13 @@ def enqueue_due(*, now: datetime | None = None, using: str = "default") -> int:
 
 
 def run_now(
-    name: str, *, actor: str, reason: str, now: datetime | None = None, using: str = "default"
+    name: str,
+    *,
+    actor: str,
+    reason: str,
+    channel: str = "code",
+    now: datetime | None = None,
+    using: str = "default",
 ):
     """An operator's run of a schedule's task now, outside its ticks (audited). Refused
     (ValueError) for an unknown schedule, a task that cannot be enqueued, or, when the schedule
@@ -279,7 +285,13 @@ def run_now(
     if error is not None:
         raise ValueError(f"cannot enqueue {schedule.task_path}: {error}")
     return store.schedules.run_now(
-        schedule, new_job, actor=actor, reason=reason, now=now or timezone.now(), using=using
+        schedule,
+        new_job,
+        actor=actor,
+        reason=reason,
+        channel=channel,
+        now=now or timezone.now(),
+        using=using,
     )
 
 

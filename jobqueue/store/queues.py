@@ -1,6 +1,7 @@
 """Queue pause and resume: a paused queue's jobs stay ready, and every claim skips them.
 
-Each change is written with its audit row (QueueAction) in one transaction; pausing a paused
+Each change is written with its audit entry (jobqueue.store.audit) in one transaction; pausing a
+paused
 queue or resuming a running one changes nothing and records nothing.
 
 Only a known queue is paused (`known`), unless the caller says it means a new one
@@ -23,17 +24,17 @@ from django.utils.module_loading import module_has_submodule
 
 from jobqueue.databases import queue_databases
 from jobqueue.models import (
+    AuditEntry,
     DeadLetter,
     Job,
     JobCounter,
     JobState,
     PausedQueue,
-    QueueAction,
     WorkerRecord,
 )
 
+from . import audit
 from .jobs import rate_limits
-from .payloads import operator_action
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,7 @@ def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
     limit = PausedQueue._meta.get_field("queue_name").max_length
     if not isinstance(queue, str) or not queue.strip() or len(queue) > limit:
         raise ValueError(f"a queue name is 1 to {limit} characters")
-    actor_chars = PausedQueue._meta.get_field("paused_by").max_length
-    return (queue, *operator_action(actor, reason, actor_chars=actor_chars))
+    return (queue, *audit.checked_action(actor, reason))
 
 
 class UnknownQueue(ValueError):
@@ -65,6 +65,7 @@ def pause(
     actor: str,
     reason: str,
     allow_unknown: bool = False,
+    channel: str = AuditEntry.Channel.CODE,
     now: datetime | None = None,
     using: str = "default",
 ) -> bool:
@@ -80,14 +81,20 @@ def pause(
             PausedQueue.objects.using(using).create(
                 queue_name=queue, paused_at=now, paused_by=actor, reason=reason
             )
-            _audit(queue, QueueAction.Kind.PAUSE, actor, reason, now, using)
+            _audit("queue.pause", queue, actor, reason, channel, now, using)
     except IntegrityError:  # paused already, perhaps by someone at the same moment
         return False
     return True
 
 
 def resume(
-    queue: str, *, actor: str, reason: str, now: datetime | None = None, using: str = "default"
+    queue: str,
+    *,
+    actor: str,
+    reason: str,
+    channel: str = AuditEntry.Channel.CODE,
+    now: datetime | None = None,
+    using: str = "default",
 ) -> bool:
     """Resume `queue`; False if it was not paused."""
     queue, actor, reason = _checked(queue, actor, reason)
@@ -96,7 +103,7 @@ def resume(
         deleted, _ = PausedQueue.objects.using(using).filter(queue_name=queue).delete()
         if not deleted:
             return False
-        _audit(queue, QueueAction.Kind.RESUME, actor, reason, now, using)
+        _audit("queue.resume", queue, actor, reason, channel, now, using)
     return True
 
 
@@ -162,7 +169,14 @@ def paused(using: str = "default") -> dict[str, PausedQueue]:
     return {p.queue_name: p for p in PausedQueue.objects.using(using).order_by("queue_name")}
 
 
-def _audit(queue, action, actor, reason, now, using):
-    QueueAction.objects.using(using).create(
-        queue_name=queue, action=action, actor=actor, reason=reason, at=now
+def _audit(action, queue, actor, reason, channel, now, using):
+    audit.record(
+        action,
+        actor=actor,
+        channel=channel,
+        target_kind="queue",
+        targets=[queue],
+        reason=reason,
+        at=now,
+        using=using,
     )

@@ -14,10 +14,11 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobqueue.models import Job, JobState, Schedule, ScheduleAction, ScheduleRun
+from jobqueue.models import AuditEntry, Job, JobState, Schedule, ScheduleRun
 
+from . import audit
 from .jobs import NewJob, enqueue
-from .payloads import operator_action, storable_text
+from .payloads import storable_text
 
 LIVE = (JobState.READY, JobState.RUNNING)
 MAX_NOTE_CHARS = 2_000
@@ -157,6 +158,7 @@ def run_now(
     actor: str,
     reason: str,
     now: datetime,
+    channel: str = AuditEntry.Channel.CODE,
     using: str = "default",
 ) -> Job:
     """An operator's run now: a job outside the ticks, recorded and audited."""
@@ -178,26 +180,38 @@ def run_now(
             note=f"run now by {actor}",
         )
         Schedule.objects.using(using).filter(pk=locked.pk).update(last_job=job, updated_at=now)
-        _audit(locked.name, ScheduleAction.Kind.RUN, actor, reason, now, using, job_id=job.pk)
+        _audit("schedule.run", locked.name, actor, reason, channel, now, using, job=job.pk)
     return job
 
 
 def pause(
-    name: str, *, actor: str, reason: str, now: datetime | None = None, using: str = "default"
+    name: str,
+    *,
+    actor: str,
+    reason: str,
+    channel: str = AuditEntry.Channel.CODE,
+    now: datetime | None = None,
+    using: str = "default",
 ) -> bool:
     """Stop `name` ticking; False if it was paused already (nothing is written then). Ticks
     that pass while it is paused are caught up on resume as its catch_up says."""
-    return _set_paused(name, True, actor=actor, reason=reason, now=now, using=using)
+    return _set_paused(name, True, actor, reason, channel, now, using)
 
 
 def resume(
-    name: str, *, actor: str, reason: str, now: datetime | None = None, using: str = "default"
+    name: str,
+    *,
+    actor: str,
+    reason: str,
+    channel: str = AuditEntry.Channel.CODE,
+    now: datetime | None = None,
+    using: str = "default",
 ) -> bool:
     """Let `name` tick again; False if it was not paused."""
-    return _set_paused(name, False, actor=actor, reason=reason, now=now, using=using)
+    return _set_paused(name, False, actor, reason, channel, now, using)
 
 
-def _set_paused(name, paused: bool, *, actor, reason, now, using) -> bool:
+def _set_paused(name, paused: bool, actor, reason, channel, now, using) -> bool:
     actor, reason = _who(actor, reason)
     now = now or timezone.now()
     schedule = get(name, using=using)
@@ -213,8 +227,8 @@ def _set_paused(name, paused: bool, *, actor, reason, now, using) -> bool:
             .update(**change, updated_at=now)
         )
         if changed:
-            kind = ScheduleAction.Kind.PAUSE if paused else ScheduleAction.Kind.RESUME
-            _audit(name, kind, actor, reason, now, using)
+            action = "schedule.pause" if paused else "schedule.resume"
+            _audit(action, name, actor, reason, channel, now, using)
     return bool(changed)
 
 
@@ -233,12 +247,18 @@ def prune_runs(*, older_than, now: datetime | None = None, using: str = "default
 
 
 def _who(actor, reason) -> tuple[str, str]:
-    return operator_action(
-        actor, reason, actor_chars=ScheduleAction._meta.get_field("actor").max_length
-    )
+    return audit.checked_action(actor, reason)
 
 
-def _audit(name, action, actor, reason, now, using, job_id=None):
-    ScheduleAction.objects.using(using).create(
-        schedule_name=name, action=action, actor=actor, reason=reason, at=now, job_id=job_id
+def _audit(action, name, actor, reason, channel, now, using, job=None):
+    audit.record(
+        action,
+        actor=actor,
+        channel=channel,
+        target_kind="schedule",
+        targets=[name],
+        reason=reason,
+        params={"job": job} if job is not None else {},
+        at=now,
+        using=using,
     )

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from jobqueue.models import Job, JobAction, JobState, PausedQueue
+from jobqueue.models import Job, JobState, PausedQueue
+from tests.audit import audited
 from tests.browser.test_console import login
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -55,7 +56,7 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
         JobState.CANCELLED,
         JobState.READY,
     ]
-    assert JobAction.objects.filter(reason="campaign called off").count() == 2
+    assert [reason for *_, reason in audited("job")].count("campaign called off") == 2
 
     page.goto(f"{live_server.url}/deadletters/jobs/{newsletters[0].pk}/")
     expect(page.locator("#history + ul")).to_contain_text("campaign called off")

@@ -8,7 +8,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from jobqueue import store
-from jobqueue.models import Job, Schedule, ScheduleAction
+from jobqueue.models import Job, Schedule
+from tests.audit import audited
 from tests.browser.test_console import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -52,7 +53,7 @@ def test_operator_pauses_resumes_and_runs_a_schedule(page, live_server, readme_s
     row.locator('button[value="run"]').click()  # it does not overlap: refused, with why
     expect(page.locator(".messages")).to_contain_text("still ready or running")
     assert Job.objects.count() == 1
-    assert list(ScheduleAction.objects.order_by("id").values_list("action", flat=True)) == [
+    assert [verb for verb, *_ in audited("schedule")] == [
         "pause",
         "run",
     ]

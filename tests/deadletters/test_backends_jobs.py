@@ -18,7 +18,9 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from deadletters.models import JobSelection
-from jobqueue.models import Job, JobAction, JobState
+from jobqueue import store
+from jobqueue.models import Job, JobState
+from tests.audit import audited
 from tests.conftest import SECOND_DATABASE
 from tests.factories import TWO_BACKENDS, DeadLetterFactory, JobB, JobFactory, LetterB
 
@@ -78,7 +80,7 @@ def unchanged(job, using="default") -> bool:
     return (
         fresh.state == JobState.READY
         and fresh.run_after == job.run_after
-        and not JobAction.objects.using(using).filter(job_id=job.pk).exists()
+        and not store.audit.history("job", job.pk, using=using)
     )
 
 
@@ -136,8 +138,14 @@ def test_a_dead_job_of_b_links_to_its_letter_in_b(two_backends, client):
 
 def test_a_jobs_page_of_b_reads_the_job_its_letter_and_its_history_from_b(two_backends, client):
     [(here, there)] = twins()
-    JobAction.objects.using(B).create(
-        job_id=there.pk, action="run_now", actor="ana", reason="from b", at=timezone.now()
+    store.audit.record(
+        "job.run_now",
+        actor="ana",
+        channel="code",
+        target_kind="job",
+        targets=[there.pk],
+        reason="from b",
+        using=B,
     )
     page = client.get(job_url(there.pk, "b"))
     assert page.status_code == 200
@@ -171,8 +179,13 @@ def test_acting_on_a_job_of_b_changes_bs_job_only(two_backends, client, action):
         assert changed.state == JobState.CANCELLED
     else:
         assert changed.state == JobState.READY and changed.run_after <= timezone.now()
-    [audit] = JobAction.objects.using(B).filter(job_id=there.pk)
-    assert (audit.action, audit.actor, audit.reason) == (action, "op", "customer waiting")
+    [audit] = store.audit.history("job", there.pk, using=B)
+    assert (audit.action, audit.actor, audit.reason, audit.channel) == (
+        f"job.{action}",
+        "op",
+        "customer waiting",
+        "console",
+    )
     assert unchanged(here)  # the default job with the same id
     assert b"customer waiting" in client.get(response["Location"]).content
 
@@ -217,7 +230,7 @@ def test_a_selection_of_bs_jobs_previews_and_acts_in_b(two_backends, client):
     for here, there in pairs:
         assert Job.objects.using(B).get(pk=there.pk).state == JobState.CANCELLED
         assert unchanged(here)
-    assert JobAction.objects.using(B).count() == 3 and not JobAction.objects.exists()
+    assert len(audited("job", B)) == 3 and not audited("job")
     assert Job.objects.using(B).get(pk=started.pk).state == JobState.RUNNING
 
 

@@ -4,7 +4,8 @@ import pytest
 from django.test import Client
 
 from jobqueue import store
-from jobqueue.models import PausedQueue, QueueAction
+from jobqueue.models import PausedQueue
+from tests.audit import audited
 from tests.factories import JobFactory
 
 from .conftest import logged_in
@@ -28,9 +29,9 @@ def test_an_operator_pauses_and_resumes_a_queue_and_the_audit_names_them(operato
     assert b"Queue mail paused." in page.content and b"SMTP down" in page.content
     operator_client.post(URL, {"action": "resume", "queue": "mail", "reason": "back"})
     assert not PausedQueue.objects.exists()
-    assert list(QueueAction.objects.order_by("id").values_list("action", "actor", "reason")) == [
-        ("pause", "operator", "SMTP down"),
-        ("resume", "operator", "back"),
+    assert audited("queue") == [
+        ("pause", "mail", "operator", "SMTP down"),
+        ("resume", "mail", "operator", "back"),
     ]
 
 
@@ -43,7 +44,7 @@ def test_a_viewer_sees_paused_queues_but_may_not_pause_one(viewer_client):
     assert b"<script>alert(1)" not in page.content
     response = viewer_client.post(URL, {"action": "resume", "queue": "mail", "reason": "x"})
     assert response.status_code == 403 and b"jobqueue.pause_queue" in response.content
-    assert PausedQueue.objects.exists() and QueueAction.objects.count() == 1
+    assert PausedQueue.objects.exists() and len(audited("queue")) == 1
 
 
 @pytest.mark.django_db
@@ -72,7 +73,7 @@ def test_queue_control_needs_the_csrf_token_and_a_post(operator):
 def test_bad_input_changes_nothing_and_says_why(operator_client, data):
     response = operator_client.post(URL, data, follow=True)
     assert response.status_code == 200 and b"Nothing changed" in response.content
-    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    assert not PausedQueue.objects.exists() and not audited("queue")
 
 
 @pytest.mark.django_db
@@ -89,7 +90,7 @@ def test_the_form_offers_known_queues_and_refuses_another_unless_it_has_no_jobs_
     body = typo.content.decode()
     assert "Nothing changed: no queue &#x27;mial&#x27; has jobs" in body
     assert "did you mean &#x27;mail&#x27;?" in body and "has no jobs yet" in body
-    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    assert not PausedQueue.objects.exists() and not audited("queue")
     meant = {"action": "pause", "queue": "mial", "reason": "x", "allow_unknown": "1"}
     assert operator_client.post(URL, meant).status_code == 302
     assert PausedQueue.objects.get().queue_name == "mial"

@@ -8,7 +8,8 @@ from django.test import Client
 from django.utils import timezone
 
 from jobqueue import schedules, store
-from jobqueue.models import Job, Schedule, ScheduleAction, ScheduleRun
+from jobqueue.models import Job, Schedule, ScheduleRun
+from tests.audit import audited
 
 from .conftest import logged_in
 
@@ -64,7 +65,7 @@ def test_an_operator_pauses_resumes_and_runs_a_schedule_and_the_audit_names_them
     operator_client.post(ACT, {"action": "run", "schedule": schedule.name, "reason": "now"})
     job = Job.objects.get()
     assert ScheduleRun.objects.get().job_id == job.pk
-    assert list(ScheduleAction.objects.order_by("id").values_list("action", "actor")) == [
+    assert [(verb, actor) for verb, _, actor, _ in audited("schedule")] == [
         ("pause", "operator"),
         ("resume", "operator"),
         ("run", "operator"),
@@ -75,7 +76,7 @@ def test_a_viewer_may_not_act_and_nothing_is_written(viewer_client):
     schedule = nightly()
     response = viewer_client.post(ACT, {"action": "run", "schedule": schedule.name, "reason": "x"})
     assert response.status_code == 403 and b"jobqueue.manage_schedule" in response.content
-    assert not Job.objects.exists() and not ScheduleAction.objects.exists()
+    assert not Job.objects.exists() and not audited("schedule")
 
 
 def test_acting_needs_the_csrf_token_and_a_post(operator):
@@ -102,4 +103,4 @@ def test_a_bad_request_changes_nothing_and_says_why(operator_client, data, says)
     response = operator_client.post(ACT, data, follow=True)
     assert response.status_code == 200
     assert "Nothing changed" in response.content.decode() and says in response.content.decode()
-    assert not ScheduleAction.objects.exists() and Schedule.objects.get().paused_at is None
+    assert not audited("schedule") and Schedule.objects.get().paused_at is None

@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.health import snapshot
-from jobqueue.models import Job, JobCounter, JobState, PausedQueue, QueueAction, WorkerRecord
+from jobqueue.models import Job, JobCounter, JobState, PausedQueue, WorkerRecord
 from tests import tasks
+from tests.audit import audited
 from tests.cli import run
 from tests.conftest import wait_until
 from tests.deadletters.conftest import user_with_role
@@ -40,8 +41,10 @@ def test_a_paused_queue_is_skipped_by_every_claim_until_it_is_resumed():
     assert claim(queues=["mail"]) == []  # also for a worker bound to that queue
     assert store.queues.resume("mail", actor="ana", reason="provider back", now=T0) is True
     assert {j.queue_name for j in claim()} == {"mail"}
-    log = list(QueueAction.objects.order_by("id").values_list("queue_name", "action", "actor"))
-    assert log == [("mail", "pause", "ana"), ("mail", "resume", "ana")]
+    assert audited("queue") == [
+        ("pause", "mail", "ana", "provider down"),
+        ("resume", "mail", "ana", "provider back"),
+    ]
 
 
 @pytest.mark.django_db
@@ -59,7 +62,7 @@ def test_pausing_twice_or_resuming_a_running_queue_changes_and_records_nothing()
     assert store.queues.pause("mail", actor="ana", reason="x", now=T0)
     assert store.queues.pause("mail", actor="bo", reason="y", now=T0) is False
     assert store.queues.resume("other", actor="bo", reason="z", now=T0) is False
-    assert QueueAction.objects.count() == 1
+    assert len(audited("queue")) == 1
     assert PausedQueue.objects.get().paused_by == "ana"
 
 
@@ -72,7 +75,7 @@ def test_pausing_twice_or_resuming_a_running_queue_changes_and_records_nothing()
 def test_a_pause_without_a_queue_an_operator_or_a_reason_is_refused(queue, actor, reason):
     with pytest.raises(ValueError):
         store.queues.pause(queue, actor=actor, reason=reason, now=T0)
-    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    assert not PausedQueue.objects.exists() and not audited("queue")
 
 
 @pytest.mark.django_db
@@ -158,7 +161,7 @@ def test_a_pause_of_a_queue_nothing_names_is_refused_unless_meant_and_can_be_res
     enqueue("default")
     with pytest.raises(store.queues.UnknownQueue, match="did you mean 'default'"):
         store.queues.pause("defualt", actor="ana", reason="typo", now=T0)
-    assert not PausedQueue.objects.exists() and not QueueAction.objects.exists()
+    assert not PausedQueue.objects.exists() and not audited("queue")
     assert store.queues.pause("defualt", actor="ana", reason="new", allow_unknown=True, now=T0)
     assert store.queues.resume("defualt", actor="ana", reason="undo", now=T0) is True
     # A pause written before names were checked (or by hand) is resumed as any other.

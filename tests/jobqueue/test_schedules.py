@@ -10,9 +10,10 @@ from django.contrib.auth.models import Permission
 from django.db import IntegrityError, transaction
 
 from jobqueue import schedules, store
-from jobqueue.models import Job, JobState, Schedule, ScheduleAction, ScheduleRun
+from jobqueue.models import AuditEntry, Job, JobState, Schedule, ScheduleRun
 from jobqueue.schedules import Periodic, periodic, plan
 from tests import tasks
+from tests.audit import audited
 from tests.cli import run
 from tests.factories import UserFactory
 
@@ -157,16 +158,23 @@ def test_a_paused_schedule_does_not_tick_and_on_resume_catches_up_as_declared():
         (T0 + MINUTE, Outcome.MISSED),
         (T0 + 5 * MINUTE, Outcome.ENQUEUED),
     ]
-    audit = list(ScheduleAction.objects.order_by("id").values_list("action", "actor", "reason"))
-    assert audit == [("pause", "ana", "provider down"), ("resume", "ben", "provider back")]
+    name = schedule.name
+    assert audited("schedule") == [
+        ("pause", name, "ana", "provider down"),
+        ("resume", name, "ben", "provider back"),
+    ]
 
 
 def test_run_now_is_audited_and_refused_while_a_non_overlapping_run_is_live():
     schedule = make(overlap=False)
     job = schedules.run_now(schedule.name, actor="ana", reason="rates stale", now=T0)
     assert Job.objects.get().pk == job.pk
-    [(action, job_id)] = ScheduleAction.objects.values_list("action", "job_id")
-    assert (action, job_id) == ("run", job.pk)
+    [entry] = AuditEntry.objects.all()
+    assert (entry.action, entry.params, entry.targets) == (
+        "schedule.run",
+        {"job": job.pk},
+        [schedule.name],
+    )
     with pytest.raises(ValueError, match="still ready or running"):
         schedules.run_now(schedule.name, actor="ana", reason="again", now=T0)
     assert tick(T0 + MINUTE) == 0  # the manual run counts as the live run
@@ -277,7 +285,7 @@ def test_schedules_command_lists_pauses_resumes_and_runs_with_an_audit():
     assert again.code == 2 and "still ready or running" in again.err
     missing = run("schedules", "pause", "nope", "--reason", "x", "--operator", "ana")
     assert missing.code == 2 and "no schedule named" in missing.err
-    assert ScheduleAction.objects.count() == 3
+    assert len(audited("schedule")) == 3
     assert schedule.name in run("schedules", "list").out
 
 

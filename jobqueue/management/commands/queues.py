@@ -41,9 +41,12 @@ class Command(cli.Command):
                     actor=operator,
                     reason=opts["reason"],
                     allow_unknown=opts["allow_unknown"],
+                    channel="cli",
                 )
             else:
-                changed = store.queues.resume(opts["queue"], actor=operator, reason=opts["reason"])
+                changed = store.queues.resume(
+                    opts["queue"], actor=operator, reason=opts["reason"], channel="cli"
+                )
         except store.queues.UnknownQueue as exc:
             raise cli.usage_error(
                 f"Nothing paused: {exc}; --allow-unknown pauses it before its first job"

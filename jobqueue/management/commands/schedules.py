@@ -41,11 +41,11 @@ class Command(cli.Command):
         name, reason = opts["schedule"], opts["reason"]
         try:
             if command == "run":
-                job = schedules.run_now(name, actor=operator, reason=reason)
+                job = schedules.run_now(name, actor=operator, reason=reason, channel="cli")
                 self.stdout.write(f"{name}: job {job.pk} enqueued")
                 return
             change = store.schedules.pause if command == "pause" else store.schedules.resume
-            changed = change(name, actor=operator, reason=reason)
+            changed = change(name, actor=operator, reason=reason, channel="cli")
         except ValueError as exc:
             raise cli.usage_error(exc) from None
         state = "paused" if command == "pause" else "running"

@@ -1,0 +1,12 @@
+"""The audit log as the tests read it: one tuple a target of each entry, oldest first."""
+
+from jobqueue.models import AuditEntry
+
+
+def audited(kind: str, using: str = "default") -> list[tuple[str, str, str, str]]:
+    """(verb, target, actor, reason) for each target of each entry on this kind of target."""
+    return [
+        (entry.action.partition(".")[2], target, entry.actor, entry.reason)
+        for entry in AuditEntry.objects.using(using).filter(target_kind=kind).order_by("seq")
+        for target in entry.targets
+    ]
