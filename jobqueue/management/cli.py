@@ -3,12 +3,15 @@
 A refused argument is one line on stderr and exit status 2, before anything is printed or
 written: argparse types here check ranges and lengths while parsing, and `usage_error` is the
 one way a command refuses later (after looking something up). A reader that goes away
-(`manage.py jobs | head -1`) ends the output quietly instead of with a traceback.
+(`manage.py jobs | head -1`) ends the output quietly (status 141, as SIGPIPE), and any other
+failed write to stdout or stderr (`> /dev/full`, an I/O error) with one line and status 1,
+never a traceback. JSON is printed by `json_text`: non-ASCII as itself, controls escaped.
 """
 
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import math
 import os
@@ -25,6 +28,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from jobqueue.logfmt import Formatter, control_escapes, logfmt
 from jobqueue.loop import first_line, next_backoff
 from jobqueue.models import WorkerRecord
+from jobqueue.store.payloads import MAX_JSON_DEPTH, json_depth
 
 # Rows a listing prints at most (beyond it, filter or use --json with a pager of your own).
 MAX_LIST_LIMIT = 10_000
@@ -137,9 +141,25 @@ class CliParser(CommandParser):
             self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
         raise usage_error(message)
 
+    def _print_message(self, message, file=None):
+        # argparse's own ignores a failed write (--help > /dev/full would say nothing, status 0).
+        file = file or sys.stderr
+        if message:
+            try:
+                file.write(message)
+            except OSError as exc:
+                name = "standard output" if file is sys.stdout else "standard error"
+                raise OutputFailed(name, exc) from exc
 
-class OutputClosed(Exception):
-    """The reader of stdout went away (a pager quit, `| head`)."""
+
+class OutputFailed(Exception):
+    """Writing the command's stdout or stderr failed: its reader went away (EPIPE: a pager
+    quit, `| head`), the disk is full (ENOSPC, `> /dev/full`), an I/O error (EIO)."""
+
+    def __init__(self, stream: str, error: OSError):
+        super().__init__(f"cannot write to {stream}: {error.strerror or error}")
+        self.stream = stream
+        self.closed = isinstance(error, BrokenPipeError)
 
 
 # What a command prints comes partly from tasks and brokers (error messages, class names,
@@ -157,30 +177,77 @@ def one_line(text: str) -> str:
     return text.replace("\n", "\\n")
 
 
+# Characters JSON leaves as they are with ensure_ascii=False that a command escapes anyway, as
+# JSON escapes (so a --json line stays JSON): DEL and C1 controls (C0 are JSON's own), the line
+# and paragraph separators (where str.splitlines() ends a line), and lone surrogates, which no
+# terminal encoding can write.
+_JSON_ESCAPED = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def json_text(value, *, indent: int | None = None) -> str:
+    """`value` as the commands print JSON: non-ASCII text as itself, control characters
+    escaped. A value nested deeper than the store's limit (a row written by hand) is printed
+    on one line, not indented level by level."""
+    if indent is not None and json_depth(value) > MAX_JSON_DEPTH:
+        indent = None
+    text = json.dumps(value, default=str, ensure_ascii=False, indent=indent)
+    return _JSON_ESCAPED.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
 class PipeAwareOutput(OutputWrapper):
+    """A command's stdout or stderr: control characters escaped, text its encoding cannot
+    write (a Latin-1 terminal) backslash-escaped, and a failed write OutputFailed."""
+
+    def __init__(self, out, name: str = "standard output", **kwargs):
+        super().__init__(out, **kwargs)
+        self.name = name
+
     def write(self, msg="", *args, **kwargs):
+        msg = terminal_safe(msg)
         try:
-            super().write(terminal_safe(msg), *args, **kwargs)
-        except BrokenPipeError as exc:
-            raise OutputClosed from exc
+            try:
+                super().write(msg, *args, **kwargs)
+            except UnicodeEncodeError:
+                encoding = getattr(self._out, "encoding", None) or "utf-8"
+                safe = msg.encode(encoding, "backslashreplace").decode(encoding)
+                super().write(safe, *args, **kwargs)
+        except OSError as exc:
+            raise OutputFailed(self.name, exc) from exc
 
     def write_data(self, data: str):
         """A file's bytes sent to stdout (an export to `-`): for a pipe or a file, as they are
-        (a CSV's line endings are \r\n; its fields are quoted by the format)."""
+        (a CSV's line endings are \r\n; its fields are quoted by the format), in UTF-8 as
+        the file would be."""
         try:
-            self._out.write(data)
-        except BrokenPipeError as exc:
-            raise OutputClosed from exc
+            binary = getattr(self._out, "buffer", None)
+            if binary is None:
+                self._out.write(data)
+            else:
+                self._out.flush()
+                binary.write(data.encode("utf-8"))
+        except OSError as exc:
+            raise OutputFailed(self.name, exc) from exc
 
     def flush(self):
         try:
             self._out.flush()
-        except BrokenPipeError as exc:
-            raise OutputClosed from exc
+        except OSError as exc:
+            raise OutputFailed(self.name, exc) from exc
+        except ValueError:  # closed already
+            pass
+
+
+def _silence(stream) -> None:
+    """Point a standard stream that failed at /dev/null, so the interpreter's flush at exit
+    (of what is still buffered) does not fail again with an "Exception ignored" report."""
+    if stream in (sys.__stdout__, sys.__stderr__) and stream is not None:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 class Command(BaseCommand):
-    """Base of our commands: CliParser for arguments, and a quiet end on a closed pipe."""
+    """Base of our commands: CliParser for arguments, and a failed write to stdout or stderr
+    (a closed pipe, a full disk) ends the command with one line and a non-zero status."""
 
     def __init__(self, stdout=None, stderr=None, no_color=False, force_color=False):
         super().__init__(stdout, stderr, no_color, force_color)
@@ -188,7 +255,7 @@ class Command(BaseCommand):
         self._set_stderr(stderr or sys.stderr)
 
     def _set_stderr(self, out):
-        self.stderr = PipeAwareOutput(out)
+        self.stderr = PipeAwareOutput(out, "standard error")
         self.stderr.style_func = self.style.ERROR  # as Django's own stderr
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -208,14 +275,26 @@ class Command(BaseCommand):
 
     def run_from_argv(self, argv):
         try:
-            super().run_from_argv(argv)
-            self.stdout.flush()  # inside the try: a short output is only written here
-        except OutputClosed:
-            # Later writes (the interpreter's own flush at exit) go nowhere instead of failing.
-            if self.stdout._out is sys.__stdout__:
-                with contextlib.suppress(OSError, ValueError):
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
-            sys.exit(EXIT_PIPE_CLOSED)
+            try:
+                super().run_from_argv(argv)
+            finally:
+                # Inside the try: a short output (or --help's) is only written here.
+                self.stdout.flush()
+                self.stderr.flush()
+        except OutputFailed as failed:
+            out, err = self.stdout._out, self.stderr._out
+            _silence(out if failed.stream == self.stdout.name else err)
+            if failed.closed and failed.stream == self.stdout.name:
+                # What a shell reports for a tool killed by SIGPIPE (`seq 1000000 | head -1`),
+                # quietly, as such a tool ends.
+                sys.exit(EXIT_PIPE_CLOSED)
+            try:
+                prog = " ".join([os.path.basename(argv[0]), *argv[1:2]])
+                err.write(f"{prog}: error: {failed}\n")
+                err.flush()
+            except (OSError, ValueError):
+                _silence(err)
+            sys.exit(EXIT_PIPE_CLOSED if failed.closed else 1)
 
 
 def _with_subparsers(parser):

@@ -1,6 +1,7 @@
 """Console parity for incidents without a browser: the same selectors, services and audit."""
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -198,7 +199,7 @@ class Command(cli.Command):
         more = letters.count() - limit if len(rows) > limit else 0
         for row in rows[:limit]:
             if opts["json"]:
-                self.stdout.write(json.dumps(row, default=str))
+                self.stdout.write(cli.json_text(row))
             else:
                 self.stdout.write(
                     cli.one_line(
@@ -231,7 +232,11 @@ class Command(cli.Command):
             "idempotency_key": letter.idempotency_key,
             "payload": json.loads(d.payload_json),
             "last_error": letter.last_error,
-            "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in letter.errors],
+            # A row written by hand may hold anything: only a dict's traceback is left out.
+            "errors": [
+                {k: v for k, v in e.items() if k != "traceback"} if isinstance(e, dict) else e
+                for e in (letter.errors if isinstance(letter.errors, list) else [letter.errors])
+            ],
             "replay_jobs": [{"id": j.pk, "state": j.state} for j in d.replay_jobs],
             "history": [
                 {
@@ -254,11 +259,11 @@ class Command(cli.Command):
             ],
         }
         if opts["json"]:
-            self.stdout.write(json.dumps(data, default=str))
+            self.stdout.write(cli.json_text(data))
             return
         for key, value in data.items():
             if isinstance(value, list | dict):
-                value = json.dumps(value, default=str, indent=2)
+                value = cli.json_text(value, indent=2)
             self.stdout.write(f"{key}: {value}")
 
     def do_replay(self, opts):
@@ -486,14 +491,16 @@ class Command(cli.Command):
                 if out is None:
                     self.stdout.write_data(chunk)
                 else:
-                    out.write(chunk)
+                    _to_file(out.write, chunk, path=path)
+            if out is not None:
+                _to_file(out.close, path=path)
         except BaseException:
             if out is not None:
-                out.close()
+                with contextlib.suppress(OSError):  # what it failed to write, it fails again
+                    out.close()
                 os.remove(path)  # no half file; the audit row stays (what may have left)
             raise
         if out is not None:
-            out.close()
             self.stdout.write(f"{record.rows} dead letters written to {path} ({record.format})")
         if record.truncated:
             self.stderr.write(
@@ -538,3 +545,11 @@ class Command(cli.Command):
             f"run {run.pk} {run.state}: {run.done} {run.action}ed, {run.skipped} skipped "
             f"in {run.batches} batch(es)"
         )
+
+
+def _to_file(write, *args, path: str):
+    """A write to the export's file: a full disk or an I/O error is one line, status 1."""
+    try:
+        write(*args)
+    except OSError as exc:
+        raise CommandError(f"Cannot write {path}: {exc.strerror or exc}; nothing kept") from None

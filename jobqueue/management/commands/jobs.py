@@ -1,4 +1,3 @@
-import json
 from types import SimpleNamespace
 
 from django.utils import timezone
@@ -57,7 +56,7 @@ class Command(cli.Command):
             row["last_error"] = errors[-1]["message"] if errors else None
             row["state"] = JobStatus.of(SimpleNamespace(**row), now).value
             if opts["json"]:
-                self.stdout.write(json.dumps(row, default=str))
+                self.stdout.write(cli.json_text(row))
             else:
                 self.stdout.write(
                     cli.one_line(

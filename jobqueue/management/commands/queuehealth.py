@@ -1,5 +1,4 @@
 import argparse
-import json
 import operator
 import re
 
@@ -112,11 +111,11 @@ class Command(cli.Command):
 
         if not all_:
             [report] = reports
-            self.stdout.write(json.dumps(document(*report), default=str))
+            self.stdout.write(cli.json_text(document(*report)))
             return
         # One document: each backend's, and every crossed threshold with its backend's name.
         self.stdout.write(
-            json.dumps(
+            cli.json_text(
                 {
                     "backends": [document(*report) for report in reports],
                     "crossed": [

@@ -1,5 +1,3 @@
-import json
-
 from jobqueue import store
 from jobqueue.health import snapshot
 from jobqueue.management import cli
@@ -82,7 +80,7 @@ class Command(cli.Command):
                 "reason": pause.reason if pause else None,
             }
             if as_json:
-                self.stdout.write(json.dumps(row))
+                self.stdout.write(cli.json_text(row))
             else:
                 state = f"PAUSED by {pause.paused_by}: {pause.reason!r}" if pause else "running"
                 if name in limits:

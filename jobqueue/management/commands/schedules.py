@@ -1,5 +1,3 @@
-import json
-
 from django.db.models import F
 
 from jobqueue import schedules, store
@@ -70,7 +68,7 @@ class Command(cli.Command):
             any_rows = True
             row = schedule_summary(schedule)
             if as_json:
-                self.stdout.write(json.dumps(row))
+                self.stdout.write(cli.json_text(row))
                 continue
             last = (
                 f"last {row['last_tick_at']} ({states.get(row['last_state'], 'no job')})"

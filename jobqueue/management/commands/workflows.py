@@ -101,7 +101,7 @@ class Command(cli.Command):
         more = found.count() - limit if len(rows) > limit else 0
         for row in rows[:limit]:
             if opts["json"]:
-                self.stdout.write(json.dumps(listed(row)))
+                self.stdout.write(cli.json_text(listed(row)))
                 continue
             parts = [f"{row['id']:>8} {row['state']:<8} {row['task_path']}"]
             parts += [f"step={quoted(row['step'])}", waiting(row), f"job={row['job_id'] or '-'}"]
@@ -149,7 +149,7 @@ class Command(cli.Command):
             ],
         }
         if opts["json"]:
-            self.stdout.write(json.dumps(data))
+            self.stdout.write(cli.json_text(data))
             return
         self._print_show(data, reveal)
 
@@ -189,7 +189,7 @@ class Command(cli.Command):
                     f"failed={p['failed']} letters={p['dead_letters'] or '-'}"
                 )
             if "result" in step:
-                write(f"       result {json.dumps(step['result'], ensure_ascii=False)}")
+                write(f"       result {cli.json_text(step['result'])}")
             elif step["result_summary"] is not None and "progress" not in step:
                 write(f"       result {described(step['result_summary'])}")
             if step["last_error"]:
@@ -197,9 +197,7 @@ class Command(cli.Command):
                 write(f"       error  {error['class']}: {one_line(error['message'])}")
         for s in data["signals"]:
             payload = (
-                json.dumps(s["payload"], ensure_ascii=False)
-                if "payload" in s
-                else described(s["payload_summary"])
+                cli.json_text(s["payload"]) if "payload" in s else described(s["payload_summary"])
             )
             write(f"signal {quoted(s['name'])} sent {s['sent_at']}: {payload}")
         if not reveal and (
@@ -240,7 +238,7 @@ class Command(cli.Command):
         woke = delivered and state == WorkflowState.WAITING and waiting_for == event
         if opts["json"]:
             self.stdout.write(
-                json.dumps(
+                cli.json_text(
                     {
                         "workflow": workflow_id,
                         "event": event,
@@ -326,7 +324,7 @@ def summary(value) -> dict | None:
     """A stored value's shape: enough to see a step returned something, none of its values."""
     if value is None:
         return None
-    size = len(json.dumps(value, ensure_ascii=False).encode())
+    size = len(cli.json_text(value).encode())
     if isinstance(value, dict):
         keys = [str(k)[:SUMMARY_KEY_CHARS] for k in list(value)[:SUMMARY_KEYS]]
         return {"type": "object", "keys": keys, "key_count": len(value), "bytes": size}
