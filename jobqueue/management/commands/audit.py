@@ -1,5 +1,3 @@
-import json
-
 from django.db import connections
 
 from jobqueue import store
@@ -62,7 +60,7 @@ class Command(cli.Command):
             row["at"] = entry.at.isoformat()
             if opts["json"]:
                 self.stdout.write(
-                    json.dumps(
+                    cli.json_text(
                         {
                             **row,
                             "params": entry.params,
