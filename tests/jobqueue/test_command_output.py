@@ -50,7 +50,15 @@ EVERY_COMMAND = [
     ["runworker", "--help"],
     ["runrelay", "--help"],
     ["createoperator", "--help"],
+    ["audit", "verify"],
 ]
+
+
+def test_every_command_of_both_apps_is_tried():
+    from django.core.management import get_commands
+
+    ours = {name for name, app in get_commands().items() if app in ("jobqueue", "deadletters")}
+    assert ours == {argv[0] for argv in EVERY_COMMAND}
 
 
 @pytest.mark.parametrize("argv", EVERY_COMMAND, ids=" ".join)
