@@ -283,6 +283,10 @@ class DeadLetter(models.Model):
     # cluster, settles the letter). The original task's id is in `idempotency_key`. Broker
     # sources ("rabbitmq", "sqs"): the id of the message the latest replay published.
     replay_ref = models.CharField(max_length=32, null=True, blank=True)
+    # Broker sources: SHA-256 of the message as first mirrored (its body and properties, not the
+    # broker's or Redrive's own marks). A replay publishes only a copy with this digest, and a
+    # message claiming the letter with another body is a letter of its own.
+    message_digest = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [

@@ -8,6 +8,7 @@ Without a broker these tests skip, saying how to run them; with REDRIVE_REQUIRE_
 
 import json
 import signal
+import struct
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -20,10 +21,16 @@ from deadletters import services
 from deadletters.models import ReplayRun
 from jobqueue.models import DeadLetter, DeadLetterState
 from jobqueue.store import dead_letters, sources
+from jobqueue.store.sources import brokers
 from jobqueue.store.sources.brokers import Unreachable
-from jobqueue.store.sources.rabbitmq_letters import ID_HEADER, LETTER_HEADER, REPLAY_HEADER
+from jobqueue.store.sources.rabbitmq_letters import (
+    ID_HEADER,
+    LETTER_HEADER,
+    REPLAY_HEADER,
+    SEAL_HEADER,
+)
 from tests import cli
-from tests.amqp import AMQP_URL, connect_or_skip
+from tests.amqp import AMQP_URL, connect_or_skip, field, long_string, raw_properties, sent_as, table
 from tests.conftest import Processes, wait_until
 from tests.deadletters.conftest import logged_in, user_with_role
 
@@ -378,3 +385,428 @@ def test_a_letter_whose_message_cannot_go_back_is_reported_and_the_message_kept(
     assert round_.published == 0 and len(round_.errors) == 1
     assert "names no queue" in round_.errors[0]
     assert [body for body, _ in topology.drain(topology.dead)] == ["stray"]
+
+
+# --- what anyone who may publish to the dead-letter queue can write ---------------------------
+
+
+@pytest.fixture
+def raw(topology):
+    """A channel that reads messages' properties as bytes (pika's own reading stops at a header
+    value Python cannot hold): what the tests send and take back byte for byte."""
+    import pika
+
+    from jobqueue.store.sources.amqp_properties import Connection
+
+    params = pika.URLParameters(AMQP_URL)
+    params.connection_attempts, params.socket_timeout = 1, 3
+    connection = pika.BlockingConnection(params, _impl_class=Connection)
+    yield RawChannel(connection.channel(), topology)
+    connection.close()
+
+
+@dataclass
+class RawChannel:
+    channel: object
+    topology: Topology
+
+    def take(self, queue):
+        """Every message on `queue`, taken off it: [(body, the properties' bytes)]."""
+        taken = []
+        while True:
+            method, properties, body = self.channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                return taken
+            taken.append((body, properties.raw))
+
+    def reject_all(self, expected: int):
+        """Reject the `expected` messages of the work queue (published on another channel)."""
+        work = self.topology.work
+        wait_until(lambda: self.topology.count(work) == expected, message="the messages")
+        while True:
+            method, _properties, _body = self.channel.basic_get(self.topology.work)
+            if method is None:
+                break
+            self.channel.basic_reject(method.delivery_tag, requeue=False)
+
+
+@pytest.fixture
+def elsewhere(topology):
+    """An exchange and its queue that a forger would like Redrive to publish to."""
+    name = f"{topology.work}-elsewhere"
+    topology.channel.exchange_declare(name, "fanout")
+    topology.channel.queue_declare(name)
+    topology.channel.queue_bind(name, name)
+    yield name
+    topology.channel.queue_delete(name)
+    topology.channel.exchange_delete(name)
+
+
+def straight_in(topo, body: bytes, properties=None, **pika_properties):
+    """Publish into the dead-letter queue itself, as anyone allowed to publish there can."""
+    import pika
+
+    properties = properties or pika.BasicProperties(**pika_properties)
+    topo.channel.basic_publish("", topo.dead, body, properties)
+
+
+def a_death(queue, exchange="", routing_key=None):
+    return [{"count": 1, "reason": "rejected", "queue": queue, "exchange": exchange,
+             "routing-keys": [routing_key or queue]}]  # fmt: skip
+
+
+def test_a_letters_stamp_on_another_body_is_a_letter_of_its_own_never_replayed_with_it(
+    topology, elsewhere
+):
+    """The id a letter's message is stamped with is on its page; written on another message,
+    with a forged x-death naming another exchange, that message is a letter of its own (shown,
+    with where it claims to come from), and the letter's replay publishes its own message to
+    its own origin, nothing else."""
+    dead(topology, "the real order")
+    source().sync()
+    (real,) = letters()
+    for seal in (None, "a-guessed-seal"):
+        headers = {ID_HEADER: real.idempotency_key, "x-death": a_death(topology.work, elsewhere)}
+        if seal:
+            headers[SEAL_HEADER] = seal
+        straight_in(topology, b"refund everything", headers=headers)
+    wait_until(lambda: topology.count(topology.dead) == 3, message="the forged messages")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.errors) == (2, [])
+    forged = [x for x in letters() if x.pk != real.pk]
+    assert [x.args for x in forged] == [["refund everything"]] * 2
+    assert real.idempotency_key not in {x.idempotency_key for x in forged}
+    assert {x.kwargs["origin"]["exchange"] for x in forged} == {elsewhere}
+    assert list(dead_letters.replay([real.pk]).done) == [real.pk]
+    assert [body for body, _ in topology.drain(topology.work)] == ["the real order"]
+    assert topology.count(elsewhere) == 0
+    assert [body for body, _ in topology.drain(topology.dead)] == ["refund everything"] * 2
+
+
+def test_a_replayed_copy_sent_back_returns_its_letter_once_and_only_with_its_own_body(topology):
+    """A replay's consumer sees its letter and replay stamps. Sent straight back into the
+    dead-letter queue, one copy with its own body returns the letter to pending (as dying
+    again does); a second such copy, and one with another body, are letters of their own; the
+    letter's next replay publishes one message."""
+    dead(topology, "order-1")
+    source().sync()
+    (letter,) = letters()
+    dead_letters.replay([letter.pk])
+    ((body, stamped),) = topology.drain(topology.work)
+    assert (body, stamped[LETTER_HEADER], stamped[REPLAY_HEADER]) == ("order-1", letter.pk, 1)
+    for each in (b"order-1", b"order-1", b"refund everything"):
+        straight_in(topology, each, headers=stamped)
+    wait_until(lambda: topology.count(topology.dead) == 3, message="the copies sent back")
+
+    round_ = source().sync()
+
+    assert (round_.returned, round_.mirrored, round_.errors) == (1, 2, [])
+    letter.refresh_from_db()
+    assert (letter.state, letter.replays, letter.args) == (DeadLetterState.PENDING, 1, ["order-1"])
+    others = sorted(x.args[0] for x in letters() if x.pk != letter.pk)
+    assert others == ["order-1", "refund everything"]
+    dead_letters.replay([letter.pk])
+    assert [body for body, _ in topology.drain(topology.work)] == ["order-1"]
+    assert sorted(b for b, _ in topology.drain(topology.dead)) == ["order-1", "refund everything"]
+
+
+def test_a_copy_of_a_replay_whose_letter_was_discarded_is_a_letter_of_its_own(topology):
+    """A letter that died again and was discarded is settled: a copy of its earlier replay
+    sent back is not silently removed with it, but shown as a letter of its own."""
+    dead(topology, "order-2")
+    source().sync()
+    (letter,) = letters()
+    dead_letters.replay([letter.pk])
+    ((_body, stamped),) = topology.drain(topology.work)
+    straight_in(topology, b"order-2", headers=stamped)
+    wait_until(lambda: topology.count(topology.dead) == 1, message="its return")
+    assert source().sync().returned == 1
+    dead_letters.discard([letter.pk])
+    straight_in(topology, b"order-2", headers=stamped)
+    wait_until(lambda: topology.count(topology.dead) == 1, message="another copy")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.removed) == (1, 0)
+    letter.refresh_from_db()
+    assert letter.state == DeadLetterState.DISCARDED
+    assert [x.state for x in letters() if x.pk != letter.pk] == [DeadLetterState.PENDING]
+    assert [body for body, _ in topology.drain(topology.dead)] == ["order-2"]
+
+
+def test_two_messages_bearing_one_sealed_identity_are_two_letters_and_one_replay(topology, raw):
+    """Someone who can read the dead-letter queue can copy a stamped message whole, seal and
+    all; the copy read in the same scan is a letter of its own, and the letter's replay
+    publishes once (once published, its identity names no letter: a later copy is new too)."""
+    dead(topology, "order-3")
+    source().sync()
+    ((body, properties),) = raw.take(topology.dead)
+    for _ in range(2):
+        straight_in(topology, body, sent_as(properties))
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the two copies")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.errors) == (1, [])
+    first, _second = letters()
+    dead_letters.replay([first.pk])
+    straight_in(topology, body, sent_as(properties))  # a third copy, after the replay
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the third copy")
+    assert source().sync().mirrored == 1
+    assert [b for b, _ in topology.drain(topology.work)] == ["order-3"]
+    assert [x.args for x in letters()] == [["order-3"]] * 3
+    assert [x.state for x in letters()][1:] == [DeadLetterState.PENDING] * 2
+
+
+def nested(levels: int) -> bytes:
+    """A table holding a table ... `levels` deep."""
+    value = field(b"S", b"bottom")
+    for _ in range(levels):
+        value = field(b"F", table(("in", value)))
+    return value
+
+
+ODD_HEADERS = (
+    ("when", field(b"T", struct.pack(">Q", 2**63))),  # past Python's dates: pika cannot read it
+    ("ratio", field(b"f", struct.pack(">f", 1.5))),  # pika reads a float as an int
+    ("rate", field(b"d", struct.pack(">d", 2.25))),
+    ("price", field(b"D", b"\x02" + struct.pack(">i", -12345))),
+    ("blob", field(b"x", b"\x00\xff\x01")),
+    ("smallest", field(b"l", struct.pack(">q", -(2**63)))),
+    ("nothing", field(b"V", b"")),
+    ("list", field(b"A", field(b"b", b"\xff") + long_string("two"))),
+    ("deep", nested(2000)),  # pika's reading recurses past Python's limit
+    ("nul\x00name", long_string("a\x00b")),  # PostgreSQL stores no NUL, in a key or a value
+)
+
+
+def test_header_values_python_cannot_hold_are_mirrored_shown_and_replayed_byte_for_byte(
+    topology, raw
+):
+    """A message dead-lettered with header values pika cannot read or write (a timestamp of
+    2**63, floats, a table nested 2000 deep) is mirrored, and the messages behind it; its page
+    shows each value; its replay carries the very bytes it came with."""
+    odd_headers = raw_properties(table(*ODD_HEADERS))
+    topology.channel.basic_publish("", topology.work, b"odd", odd_headers)
+    topology.publish("behind it")
+    raw.reject_all(2)
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the dead letters")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.errors) == (2, [])
+    odd, behind = letters()
+    assert behind.args == ["behind it"]
+    shown = odd.kwargs["headers"]
+    assert shown["when"] == "timestamp 9223372036854775808 (past the dates Python reads)"
+    assert (shown["ratio"], shown["rate"], shown["price"]) == (1.5, 2.25, "-123.45")
+    assert (shown["smallest"], shown["nothing"], shown["list"]) == (-(2**63), None, [-1, "two"])
+    assert shown["blob"] == "\\x00\\xff\x01" and shown["nul\\x00name"] == "a\\x00b"
+    depth, value = 0, shown["deep"]
+    while isinstance(value, dict):
+        depth, value = depth + 1, value["in"]
+    assert depth == 62 and value.endswith("bytes nested deeper than 64 levels]")
+    page = logged_in(user_with_role("operator"))
+    response = page.get(reverse("deadletters:detail", args=[odd.pk]))
+    assert response.status_code == 200 and "past the dates Python reads" in response.text
+
+    assert list(dead_letters.replay([odd.pk]).done) == [odd.pk]
+    ((body, properties),) = raw.take(topology.work)
+    # RabbitMQ sorts a table it rewrites (dead-lettering does): each header, byte for byte.
+    assert body == b"odd" and all(table(header) in properties for header in ODD_HEADERS)
+
+
+def test_a_message_whose_stamped_copy_the_broker_refuses_is_recorded_and_the_sync_goes_on(
+    topology, raw
+):
+    """Headers filling a whole frame leave no room for the stamp: RabbitMQ refuses the copy
+    and closes the connection. The message is recorded once, under its digest, as one that
+    cannot be replayed; later syncs pass it and mirror what is behind it; a discard removes
+    it."""
+    pad = table(("pad", long_string("p" * 131_000)))
+    straight_in(topology, b"too big to stamp", raw_properties(pad))
+    straight_in(topology, b"behind it")
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the messages")
+
+    first = source().sync()
+    second = source().sync()
+    third = source().sync()
+
+    assert first.mirrored == 1 and "RabbitMQ refused a stamped copy of it" in first.errors[0]
+    assert (second.mirrored, second.errors, third.mirrored, third.errors) == (1, [], 0, [])
+    big, behind = letters()
+    assert (big.args, behind.args) == (["too big to stamp"], ["behind it"])
+    assert big.idempotency_key == f"sha256:{big.message_digest}"
+    assert big.kwargs["not_replayable"].startswith("RabbitMQ refused a stamped copy of it:")
+    skipped = dead_letters.replay([big.pk]).skipped[big.pk]
+    assert skipped.startswith("its message cannot be republished: RabbitMQ refused")
+    assert list(dead_letters.discard([big.pk]).done) == [big.pk]
+    assert [body for body, _ in raw.take(topology.dead)] == [b"behind it"]
+
+
+def test_properties_this_reader_cannot_take_apart_are_a_letter_shown_as_text(topology, raw):
+    """RabbitMQ passes on a property flag no AMQP property has: such a message is a letter
+    of its own, its properties shown as text, that cannot be replayed; the messages behind it
+    are mirrored in the same sync."""
+    straight_in(topology, b"odd flags", raw_properties(table(), flags=0b10))
+    straight_in(topology, b"behind it")
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the messages")
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.errors) == (2, [])
+    odd, _behind = letters()
+    assert odd.kwargs["not_replayable"].startswith("its properties cannot be read: ")
+    # Its bytes (flags 0x2002, an empty table) as text, NUL escaped as no database refuses.
+    assert odd.kwargs["properties"] == " \x02" + "\\x00" * 4
+    assert source().sync().mirrored == 0
+    assert dead_letters.replay([odd.pk]).skipped[odd.pk].startswith("its message cannot be")
+    dead_letters.discard([odd.pk])
+    assert [body for body, _ in raw.take(topology.dead)] == [b"behind it"]
+
+
+def test_a_replay_the_broker_refuses_returns_its_letter_to_pending_and_the_sync_goes_on(
+    topology,
+):
+    """A letter recorded 'replaying' whose exchange is then deleted: RabbitMQ refuses the
+    publish (and closes the channel). The letter is pending again with the refusal as its
+    last error, its message kept, and the next sync mirrors what is behind it. A replay asked
+    for now is refused up front."""
+    exchange = f"{topology.work}-in"
+    topology.channel.exchange_declare(exchange, "direct")
+    topology.channel.queue_bind(topology.work, exchange, "orders")
+    topology.channel.basic_publish(exchange, "orders", b"via an exchange")
+    wait_until(lambda: topology.count(topology.work) == 1, message="the message")
+    topology.reject_all()
+    wait_until(lambda: topology.count(topology.dead) == 1, message="its death")
+    source().sync()
+    (letter,) = letters()
+    assert letter.kwargs["origin"]["exchange"] == exchange
+    topology.channel.exchange_delete(exchange)
+    skipped = dead_letters.replay([letter.pk]).skipped
+    assert skipped == {letter.pk: f"its original exchange {exchange!r} no longer exists"}
+    DeadLetter.objects.filter(pk=letter.pk).update(state=DeadLetterState.REPLAYING, replays=1)
+    dead(topology, "behind it")
+
+    refused = source().sync()
+    after = source().sync()
+
+    assert len(refused.errors) == 1 and "RabbitMQ refused the replay" in refused.errors[0]
+    assert (after.mirrored, after.errors) == (1, [])
+    letter.refresh_from_db()
+    assert (letter.state, letter.replays) == (DeadLetterState.PENDING, 1)
+    assert letter.last_error.startswith("RabbitMQ refused the replay: ")
+    assert "NOT_FOUND" in letter.last_error and letter.error_class == "rabbitmq.refused"
+    assert sorted(b for b, _ in topology.drain(topology.dead)) == ["behind it", "via an exchange"]
+
+
+def test_seals_made_before_the_secret_key_rotates_still_verify_through_its_fallbacks(
+    topology, settings
+):
+    dead(topology, "order-4")
+    source().sync()
+    (letter,) = letters()
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-new-secret-key-" + "x" * 40
+
+    assert (source().sync().mirrored, len(letters())) == (0, 1)
+    assert list(dead_letters.replay([letter.pk]).done) == [letter.pk]
+    assert [body for body, _ in topology.drain(topology.work)] == ["order-4"]
+
+
+def test_a_letter_mirrored_before_digests_adopts_its_own_message_only(topology):
+    """Letters mirrored before seals and digests were kept have copies stamped with an id and
+    no seal: a letter takes the copy bearing its id when the copy shows its body, and is then
+    replayed; one whose id is on another body cannot be replayed, that message a new letter."""
+    dead(topology, "kept order", "other order")
+    source().sync()
+    kept, other = letters()
+    DeadLetter.objects.filter(source="rabbitmq").update(message_digest="")
+    for body, headers in topology.drain(topology.dead):  # their stamps as before: no seals
+        del headers[SEAL_HEADER]
+        straight_in(
+            topology, b"swapped" if body == "other order" else body.encode(), headers=headers
+        )
+    wait_until(lambda: topology.count(topology.dead) == 2, message="the old stamps")
+    assert dead_letters.replay([kept.pk]).skipped == {kept.pk: brokers.SKIP_NOT_READ}
+
+    round_ = source().sync()
+
+    assert (round_.mirrored, round_.errors) == (1, [])
+    kept.refresh_from_db()
+    assert kept.message_digest and len(letters()) == 3
+    assert list(dead_letters.replay([kept.pk]).done) == [kept.pk]
+    assert [body for body, _ in topology.drain(topology.work)] == ["kept order"]
+    assert dead_letters.replay([other.pk]).skipped == {other.pk: brokers.SKIP_NOT_READ}
+
+
+def test_a_timestamp_past_pythons_dates_stops_no_sync_and_its_message_can_be_discarded(
+    topology, raw
+):
+    when = table(("sent", field(b"T", struct.pack(">Q", 2**63))))
+    straight_in(topology, b"poison", raw_properties(when))
+    straight_in(topology, b"first behind it")
+    straight_in(topology, b"second behind it")
+    wait_until(lambda: topology.count(topology.dead) == 3, message="the messages")
+
+    assert (source().sync().mirrored, len(letters())) == (3, 3)
+    poison = letters()[0]
+    assert poison.args == ["poison"] and poison.kwargs["headers"]["sent"].startswith("timestamp")
+    assert list(dead_letters.discard([poison.pk]).done) == [poison.pk]
+    left = sorted(body for body, _ in raw.take(topology.dead))
+    assert left == [b"first behind it", b"second behind it"]
+
+
+def test_a_replay_goes_where_its_letter_first_died_whatever_a_later_copy_claims(
+    topology, elsewhere
+):
+    """x-death is the broker's note of each death, not part of the message: a copy of the
+    letter's replay sent back with an x-death naming another exchange returns the letter, and
+    the next replay still goes to the queue the letter recorded when first mirrored."""
+    dead(topology, "order-5")
+    source().sync()
+    (letter,) = letters()
+    dead_letters.replay([letter.pk])
+    ((body, stamped),) = topology.drain(topology.work)
+    stamped["x-death"] = a_death(topology.work, elsewhere, "anything")
+    straight_in(topology, body.encode(), headers=stamped)
+    wait_until(lambda: topology.count(topology.dead) == 1, message="the copy sent back")
+    assert source().sync().returned == 1
+
+    assert list(dead_letters.replay([letter.pk]).done) == [letter.pk]
+    assert [b for b, _ in topology.drain(topology.work)] == ["order-5"]
+    assert topology.count(elsewhere) == 0
+
+
+def test_a_quorum_dead_letter_queue_counting_each_read_keeps_one_letter_per_message(
+    channel, settings
+):
+    """A quorum queue writes how often it delivered a message into its headers, so each sync's
+    read changes the message: that count is the queue's note, not part of the letter's message,
+    and it is not replayed."""
+    tag = uuid.uuid4().hex[:8]
+    topo = Topology(channel, f"rd-work-{tag}", f"rd-dead-{tag}", f"rd-dlx-{tag}")
+    channel.exchange_declare(topo.exchange, "fanout")
+    channel.queue_declare(topo.dead, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_bind(topo.dead, topo.exchange)
+    channel.queue_declare(topo.work, arguments={"x-dead-letter-exchange": topo.exchange})
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "SOURCES": ["jobqueue", "rabbitmq"],
+        "RABBITMQ_DEAD_LETTERS": {"url": AMQP_URL, "queues": [topo.dead]},
+    }
+    try:
+        dead(topo, "counted")
+        rounds = [source().sync() for _ in range(3)]
+        assert [r.mirrored for r in rounds] == [1, 0, 0] and len(letters()) == 1
+        (letter,) = letters()
+        assert "x-delivery-count" not in letter.kwargs["headers"]
+        assert list(dead_letters.replay([letter.pk]).done) == [letter.pk]
+        ((body, headers),) = topo.drain(topo.work)
+        assert body == "counted" and "x-delivery-count" not in headers
+    finally:
+        for queue in (topo.work, topo.dead):
+            channel.queue_delete(queue)
+        channel.exchange_delete(topo.exchange)

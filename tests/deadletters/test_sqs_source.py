@@ -251,7 +251,7 @@ def test_replay_sends_the_message_back_once_and_empties_the_dlq(sqs, queues, sou
     copies = read_all(sqs, queues.source)
     assert [copy["Body"] for copy in copies] == [body]
     (copy,) = copies
-    assert copy["MessageAttributes"]["redrive"]["StringValue"] == f"{letter.pk}:1"
+    assert copy["MessageAttributes"]["redrive"]["StringValue"].startswith(f"{letter.pk}:1:")
     assert copy["MessageAttributes"]["tenant"]["StringValue"] == "acme"
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.REPLAYED
@@ -293,7 +293,7 @@ def test_a_replay_that_dies_again_returns_the_same_letter(sqs, queues, source):
     assert counts(sqs, queues.dlq) == (0, 0)
     (second,) = read_all(sqs, queues.source)
     assert second["Body"] == body
-    assert second["MessageAttributes"]["redrive"]["StringValue"] == f"{letter.pk}:2"
+    assert second["MessageAttributes"]["redrive"]["StringValue"].startswith(f"{letter.pk}:2:")
     letter.refresh_from_db()
     assert (letter.state, letter.replays) == (DeadLetterState.REPLAYED, 2)
 
@@ -515,3 +515,106 @@ def test_sync_command_in_a_process(sqs, queues, tmp_path):
         assert len(sqs_letters()) == 1
     finally:
         processes.stop_all()
+
+
+# --- what anyone who may send to the dead-letter queue can write -----------------------------
+
+REFUND = json.dumps({"refund": "everything"})
+
+
+def replayed_once(sqs, queues, source) -> tuple[DeadLetter, dict, str]:
+    """A letter replayed once; its replayed copy (taken off the source queue, as its consumer
+    sees it) and the copy's body."""
+    body = json.dumps({"order": uuid.uuid4().hex})
+    dead_one(sqs, queues, body)
+    source.sync()
+    (letter,) = sqs_letters()
+    dead_letters.replay([letter.pk])
+    (copy,) = read_all(sqs, queues.source)
+    sqs.delete_message(QueueUrl=queues.source, ReceiptHandle=copy["ReceiptHandle"])
+    return letter, copy, body
+
+
+def send_back(sqs, queues, copy, body):
+    """The copy's attributes, mark and all, on `body`, sent into the dead-letter queue."""
+    sqs.send_message(
+        QueueUrl=queues.dlq, MessageBody=body, MessageAttributes=copy["MessageAttributes"]
+    )
+
+
+def test_a_mark_naming_a_replayed_letter_on_another_body_is_a_letter_of_its_own(
+    sqs, queues, source
+):
+    """The `redrive` mark of a replayed letter, written by hand, guessed, or copied whole onto
+    another body and sent to the dead-letter queue, never takes that letter over: each message
+    is a letter of its own, and the letter stays replayed, showing and keeping its own body."""
+    victim, copy, body = replayed_once(sqs, queues, source)
+    mark = copy["MessageAttributes"]["redrive"]["StringValue"]
+    for forged in (f"{victim.pk}:1", f"{victim.pk}:1:{'A' * 43}", mark):
+        send(sqs, queues.dlq, REFUND, redrive=forged)
+
+    done = source.sync()
+
+    assert (done.mirrored, done.returned, done.errors) == (3, 0, [])
+    victim.refresh_from_db()
+    assert (victim.state, victim.replays) == (DeadLetterState.REPLAYED, 1)
+    assert victim.args == [json.loads(body)]
+    forged = [each for each in sqs_letters() if each.pk != victim.pk]
+    assert [each.args for each in forged] == [[json.loads(REFUND)]] * 3
+    assert dead_letters.replay([victim.pk]).skipped[victim.pk].startswith("already replayed")
+    assert counts(sqs, queues.source) == (0, 0)
+
+
+def test_a_replayed_copy_sent_back_twice_returns_its_letter_once_and_replays_once(
+    sqs, queues, source
+):
+    """Its own copy sent back (as if it died again) returns the letter to pending; a second
+    such copy is a letter of its own, not a second message the letter's replay sends."""
+    letter, copy, body = replayed_once(sqs, queues, source)
+    send_back(sqs, queues, copy, body)
+    send_back(sqs, queues, copy, body)
+
+    done = source.sync()
+
+    assert (done.returned, done.mirrored, done.errors) == (1, 1, [])
+    letter.refresh_from_db()
+    assert (letter.state, letter.replays) == (DeadLetterState.PENDING, 1)
+    assert list(dead_letters.replay([letter.pk]).done) == [letter.pk]
+    assert [each["Body"] for each in read_all(sqs, queues.source)] == [body]
+    assert counts(sqs, queues.dlq) == (1, 0)
+
+
+def test_a_mark_naming_a_discarded_or_missing_letter_is_a_letter_of_its_own(sqs, queues, source):
+    """A message claiming to be the replay of a letter that was discarded, or of none, is
+    shown as a letter of its own; it is not deleted with the discarded one."""
+    dead_one(sqs, queues, json.dumps({"order": 7}))
+    source.sync()
+    (discarded,) = sqs_letters()
+    dead_letters.discard([discarded.pk])
+    send(sqs, queues.dlq, REFUND, redrive=f"{discarded.pk}:0")
+    send(sqs, queues.dlq, REFUND, redrive="999999999:1")
+
+    done = source.sync()
+
+    assert (done.mirrored, done.removed, done.errors) == (2, 0, [])
+    assert [m["Body"] for m in read_all(sqs, queues.dlq)] == [REFUND, REFUND]
+    discarded.refresh_from_db()
+    assert discarded.state == DeadLetterState.DISCARDED
+
+
+def test_a_letter_mirrored_before_digests_is_replayed_only_once_its_message_is_read(
+    sqs, queues, source
+):
+    body = json.dumps({"order": uuid.uuid4().hex})
+    dead_one(sqs, queues, body)
+    source.sync()
+    (letter,) = sqs_letters()
+    digest = letter.message_digest
+    DeadLetter.objects.filter(pk=letter.pk).update(message_digest="")
+
+    assert dead_letters.replay([letter.pk]).skipped == {letter.pk: brokers.SKIP_NOT_READ}
+    assert source.sync().mirrored == 0
+    letter.refresh_from_db()
+    assert letter.message_digest == digest
+    assert list(dead_letters.replay([letter.pk]).done) == [letter.pk]
+    assert [each["Body"] for each in read_all(sqs, queues.source)] == [body]

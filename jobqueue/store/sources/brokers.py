@@ -2,10 +2,18 @@
 dead-letter table so one console shows them beside our own.
 
 The broker keeps each message until a replay or a discard settles it; the table holds a copy
-for people and for the replay's bookkeeping. A letter's `idempotency_key` is the message's
-identity at the broker (unique per source). A replayed message carries its letter's id and
-replay number, so when it dies again the next sync finds that letter and returns it to pending
-(one row per obligation, as for our own jobs) instead of making a second one.
+for people and for the replay's bookkeeping. A letter's `idempotency_key` is the identity of the
+one message at the broker that is its copy (unique per source), its `message_digest` that
+message's body and properties as first mirrored. A replayed message carries its letter's id and
+replay number, sealed with our signature of both and the digest, so when it dies again the next
+sync finds that letter and returns it to pending (one row per obligation, as for our own jobs)
+instead of making a second one.
+
+Anyone who may publish to a dead-letter queue can write any header or attribute, so none is
+trusted: a message is a letter's copy only by an identity the broker gave it or one we sealed,
+a claim to be a replayed copy counts only if its seal verifies for this very body, and anything
+else is a letter of its own, shown to operators. A replay publishes the letter's own copy (its
+digest checked) to where the letter recorded it came from when first mirrored.
 
     message first seen ───────────────────────────────▶ one pending letter
     replay ─▶ letter 'replaying' (the console's transaction commits)
@@ -27,12 +35,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from django.core import signing
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from jobqueue import conf
 from jobqueue.loop import FaultPoints
-from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
+from jobqueue.models import DeadLetter, DeadLetterState
 
 from ..dead_letters import pending_fields, return_to_pending
 from ..payloads import MAX_MESSAGE_CHARS, loads, storable_text
@@ -43,6 +52,13 @@ log = logging.getLogger("jobqueue.sources")
 # A body shown in the console is cut here; the broker keeps the whole message for the replay.
 BODY_CHARS = 64_000
 UNCONVERTED = "$not_json"
+
+NOT_REPLAYABLE = "not_replayable"  # the kwarg saying why a letter's message cannot go back
+SKIP_NOT_REPUBLISHABLE = "its message cannot be republished: {why}"
+SKIP_NOT_READ = (
+    "its message has not been read since message digests were kept: sync the source first"
+)
+SKIP_NOT_ITS_MESSAGE = "the message holding its identity is not the one the letter shows"
 
 # Crash drills for the broker sources' settling, "<point>:<n>": SIGKILL before, in the middle
 # of (RabbitMQ: the letter recorded, the AMQP transaction not committed) or after the n-th
@@ -82,18 +98,12 @@ def count(value, *, at_least: int = 0) -> int:
     return min(max(value, at_least), MAX_COUNT)
 
 
-def row_id(value) -> int | None:
-    """A letter id a message claims to come from: a positive integer an id column holds."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
-        return None
-    return value
-
-
 @dataclass
 class Seen:
     """One message in a dead-letter queue as its source read it."""
 
     identity: str
+    digest: str  # of its body and properties, as its letter's `message_digest` keeps it
     task_path: str
     queue_name: str
     args: list
@@ -101,9 +111,12 @@ class Seen:
     attempts: int
     errors: list[dict]
     first_failed_at: datetime
-    # The letter and replay number a replay stamped on it (0 and None when never replayed).
-    letter_id: int | None = None
-    replay: int = 0
+    # The replay (letter id, replay number) whose copy this message is: set only when the
+    # replay's seal verifies for this message's digest.
+    claim: tuple[int, int] | None = None
+    # The identity it was given before digests were kept (RabbitMQ's unsealed x-redrive-id):
+    # the letter holding it may adopt it (`adopt`).
+    former: str | None = None
 
 
 @dataclass
@@ -126,64 +139,87 @@ class Round:
         )
 
 
-def decide(letter: DeadLetter | None, seen: Seen, *, published_leftover: Action) -> Action:
-    """What to do with a message in the dead-letter queue, given its letter as it stands.
-
-    A copy stamped with an earlier replay number than its letter's count is the one a
-    committed replay has not finished with: publish it while the letter is 'replaying'; once
-    the letter is 'replayed' the source says (`published_leftover`) whether that copy can
-    still be unpublished (RabbitMQ: publish and removal commit together, so yes) or must be a
-    copy left after publishing (SQS: send, then record, then delete).
-    """
-    if letter is None:
+def decide(letter: DeadLetter | None, *, published_leftover: Action) -> Action:
+    """What to do with a letter's own copy in the dead-letter queue, given the letter as it
+    stands: publish it while the letter is 'replaying'; once it is 'replayed' the source says
+    (`published_leftover`) whether that copy can still be unpublished (RabbitMQ: publish and
+    removal commit together, so yes) or must be a copy left after publishing (SQS: send, then
+    record, then delete)."""
+    if letter is None or letter.state == DeadLetterState.PENDING:
         return Action.KEEP
     if letter.state == DeadLetterState.DISCARDED:
         return Action.REMOVE
-    if letter.state == DeadLetterState.PENDING or seen.replay >= letter.replays:
-        return Action.KEEP
     if letter.state == DeadLetterState.REPLAYING:
         return Action.PUBLISH
     return published_leftover
 
 
-def letter_of(
-    source: str, seen: Seen, *, using: str, lock: bool = False, identity_kept: bool = False
-) -> DeadLetter | None:
-    """The letter a message belongs to: the one its replay stamp names (where the broker keeps
-    identities, only if the identities agree: a stamp can be forged), else its identity's."""
-    rows = DeadLetter.objects.using(using)
-    if lock:
-        rows = rows.select_for_update()
-    if seen.letter_id is not None:
-        letter = rows.filter(pk=seen.letter_id, source=source).first()
-        if letter is not None and (not identity_kept or letter.idempotency_key == seen.identity):
-            return letter
-    return rows.filter(source=source, idempotency_key=seen.identity).first()
+def seal(source: str, *parts) -> str:
+    """Our signature (SECRET_KEY, or a fallback key while it rotates) of `parts`."""
+    return _signer(source).signature(":".join(map(str, parts)))
 
 
-def mirror(
-    source: str, seen: Seen, *, now: datetime, using: str, identity_kept: bool = False
-) -> tuple[DeadLetter | None, bool]:
+def sealed(source: str, value, *parts) -> bool:
+    """Whether `value` is our seal of `parts`: what a stranger cannot write."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        _signer(source).unsign(f"{':'.join(map(str, parts))}:{value}")
+    except signing.BadSignature:
+        return False
+    return True
+
+
+def _signer(source: str) -> signing.Signer:
+    return signing.Signer(salt=f"jobqueue.sources.{source}", algorithm="sha256")
+
+
+def died_again(letter: DeadLetter, seen: Seen) -> bool:
+    """Whether `seen` is the copy of the letter's latest replay, dead again."""
+    return (
+        seen.claim == (letter.pk, letter.replays)
+        and letter.replays > 0
+        and letter.state in (DeadLetterState.REPLAYING, DeadLetterState.REPLAYED)
+        and letter.message_digest == seen.digest
+    )
+
+
+def adopt(letter: DeadLetter, seen: Seen, *, using: str) -> bool:
+    """A letter mirrored before digests were kept (none) takes this message as its copy, digest
+    and identity, when the message shows as the letter does (body, and all the letter shows of
+    its properties)."""
+    shown = letter.kwargs if isinstance(letter.kwargs, dict) else {}
+    if letter.message_digest or letter.args != seen.args:
+        return False
+    if any(seen.kwargs.get(name) != value for name, value in shown.items()):
+        return False
+    letter.message_digest, letter.idempotency_key = seen.digest, seen.identity
+    letter.save(using=using, update_fields=["message_digest", "idempotency_key"])
+    return True
+
+
+def mirror(source: str, seen: Seen, *, now: datetime, using: str) -> tuple[DeadLetter | None, bool]:
     """Record a message in the table: a new letter, or its replay's death on its letter.
-    Returns (its letter, whether this call wrote it). Idempotent: seeing it again writes
-    nothing. `identity_kept`: a replayed message keeps its identity at this broker, so a
-    message claiming a letter with another identity is not that letter's (a forged stamp)."""
+    Returns (its letter, whether this call wrote it); the letter is one whose copy `seen` now
+    is. Idempotent: seeing it again writes nothing."""
     error = seen.errors[-1] if seen.errors else error_entry("dead-lettered", now)
     fields = pending_fields(error, attempts=seen.attempts, now=now)
+    rows = DeadLetter.objects.using(using).select_for_update().filter(source=source)
     with transaction.atomic(using=using):
-        letter = letter_of(source, seen, using=using, lock=True, identity_kept=identity_kept)
+        letter = rows.filter(idempotency_key=seen.identity).first()
         if letter is not None:
-            died_again = (
-                seen.letter_id == letter.pk
-                and seen.replay == letter.replays
-                and letter.replays > 0
-                and letter.state in (DeadLetterState.REPLAYING, DeadLetterState.REPLAYED)
-            )
-            if not died_again:
+            adopt(letter, seen, using=using)
+            return letter, False
+        if seen.claim is not None:
+            letter = rows.filter(pk=seen.claim[0]).first()
+            if letter is not None and died_again(letter, seen):
+                # Its new identity (a new message at the broker) is the one to settle.
+                fields["idempotency_key"] = seen.identity
+                return return_to_pending(letter, fields, [error], using=using), True
+        if seen.former:
+            letter = rows.filter(idempotency_key=seen.former, message_digest="").first()
+            if letter is not None and adopt(letter, seen, using=using):
                 return letter, False
-            # Its new identity (SQS gives a sent message a new id) is the one to settle.
-            fields["idempotency_key"] = seen.identity
-            return return_to_pending(letter, fields, [error], using=using), True
         try:
             with transaction.atomic(using=using):
                 letter = DeadLetter.objects.using(using).create(
@@ -194,6 +230,7 @@ def mirror(
                     args=seen.args,
                     kwargs=seen.kwargs,
                     idempotency_key=seen.identity,
+                    message_digest=seen.digest,
                     max_attempts=max(seen.attempts, 1),
                     errors=seen.errors,
                     first_failed_at=seen.first_failed_at,
@@ -212,6 +249,23 @@ def settle_replayed(pk: int, *, ref: str | None, using: str) -> None:
     DeadLetter.objects.using(using).filter(
         pk=pk, state__in=(DeadLetterState.REPLAYING, DeadLetterState.REPLAYED)
     ).update(**update)
+
+
+def replay_refused(source: str, pk: int, reason: str, *, now: datetime, using: str) -> None:
+    """The broker refused to take a letter's replay: the letter is pending again, with the
+    refusal as its last error (not left 'replaying' for every later sync to fail on)."""
+    with transaction.atomic(using=using):
+        letter = (
+            DeadLetter.objects.using(using)
+            .select_for_update()
+            .filter(pk=pk, state__in=(DeadLetterState.REPLAYING, DeadLetterState.REPLAYED))
+            .first()
+        )
+        if letter is not None:
+            error = error_entry(reason, now, attempt=letter.attempts, kind=f"{source}.refused")
+            error["worker_id"] = source
+            fields = pending_fields(error, attempts=letter.attempts, now=now)
+            return_to_pending(letter, fields, [error], using=using)
 
 
 def error_entry(message: str, at: datetime, *, attempt: int = 0, kind: str = "") -> dict:
@@ -269,7 +323,6 @@ class BrokerSource(BaseSource):
     (`sync`) mirrors new messages and finishes whatever an interruption left."""
 
     published_leftover = Action.REMOVE
-    identity_kept = False  # a replayed message keeps its identity (RabbitMQ's x-redrive-id)
     settings_key = ""
     requires_app = False  # `requires` names a library, not a Django app
     # The settings' keys besides "queues", and what each must be.
@@ -372,7 +425,8 @@ class BrokerSource(BaseSource):
         return Description(
             label=self.label,
             reference_name="message",
-            reference=letter.idempotency_key or "",
+            # A settled copy's identity is let go (RabbitMQ); the replay's reference remains.
+            reference=letter.idempotency_key or letter.replay_ref or "",
         )
 
 
@@ -391,9 +445,7 @@ def handle(
     now = now or timezone.now()
     round_.seen += 1
     try:
-        letter, wrote = mirror(
-            source.name, seen, now=now, using=using, identity_kept=source.identity_kept
-        )
+        letter, wrote = mirror(source.name, seen, now=now, using=using)
     except (DatabaseError, ValueError, TypeError) as exc:
         # One message the table refuses must not stop every later sync at the same place: it
         # stays in the broker, named in the round's errors (logged by the worker, printed by
@@ -405,7 +457,7 @@ def handle(
             round_.returned += 1
         else:
             round_.mirrored += 1
-    action = decide(letter, seen, published_leftover=source.published_leftover)
+    action = decide(letter, published_leftover=source.published_leftover)
     if action is not Action.KEEP:
         round_.step = str(round_.published + round_.removed + 1)
         fault_point("before_settle", round_.step)
@@ -426,3 +478,11 @@ def handle(
 def kept(letter: DeadLetter, name: str):
     """A value the sync kept in the letter's shown kwargs (where the message came from)."""
     return letter.kwargs.get(name) if isinstance(letter.kwargs, dict) else None
+
+
+def refusal(letter: DeadLetter) -> str | None:
+    """Why a letter's message cannot be replayed whatever the broker says, or None."""
+    why = kept(letter, NOT_REPLAYABLE)
+    if why:
+        return SKIP_NOT_REPUBLISHABLE.format(why=why)
+    return None if letter.message_digest else SKIP_NOT_READ

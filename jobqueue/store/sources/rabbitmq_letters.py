@@ -12,32 +12,45 @@ has the life of a letter).
     }
 
 A message is read with `basic.get` and left unacknowledged, so it stays the broker's until a
-replay or a discard settles it; closing the channel returns the others to their places.
+replay or a discard settles it; closing the channel returns the others to their places. Its
+properties are kept as the bytes the broker sent (jobqueue.store.sources.amqp_properties), so
+no header value, however odd, stops a sync, and a republished message is the one that came.
 
-Identity: the first sync stamps each message with an `x-redrive-id` header, by publishing the
-stamped copy to the same queue and acknowledging the original in one AMQP transaction (so the
-message is never lost or doubled, and two identical messages stay two letters). Its `x-death`
-history (reason, queue, count, time of each dead-lettering) is the letter's attempts and errors.
+Identity: the first sync stamps each message with an `x-redrive-id` header and its seal
+`x-redrive-seal` (our signature of that id and the message's digest), by publishing the stamped
+copy to the same queue and acknowledging the original in one AMQP transaction (so the message is
+never lost or doubled, and two identical messages stay two letters). A message whose stamp does
+not verify (copied onto another body, or written by hand) is stamped afresh: a letter of its
+own; so is a second message bearing one identity in the same scan. Its `x-death` history
+(reason, queue, count, time of each dead-lettering) is the letter's attempts and errors, and
+where it died is recorded once, when it is first mirrored.
 
-Replay: the message, with its headers and `x-death` kept, is published to the exchange and
-routing key of its latest death and the dead-letter copy acknowledged in one AMQP transaction,
+Replay: the letter's copy (its digest checked) is published, headers and `x-death` kept, to the
+exchange and routing key the letter recorded, and acknowledged in one AMQP transaction,
 committed after the letter is recorded 'replayed': killed before that commit, RabbitMQ drops
 both and the copy is published by the next sync; after it, nothing is left to do. So a replay
-lands once on the original queue. It is stamped `x-redrive-letter` / `x-redrive-replay`: if it
-dies again the same letter returns to pending.
+lands once on the original queue. It is stamped `x-redrive-letter` / `x-redrive-replay` and
+sealed (`x-redrive-replay-seal`): if it dies again the same letter returns to pending. A message
+the broker will not take back (a stamped copy too large for a frame, a user_id not ours) is
+recorded as a letter of its own that cannot be replayed, under its digest, and left in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from datetime import UTC, datetime
 
 from django.utils import timezone
 
+from jobqueue.models import DeadLetter
+
 from . import Made
 from .brokers import (
     MAX_COUNT,
+    NOT_REPLAYABLE,
+    SKIP_NOT_ITS_MESSAGE,
     Action,
     BrokerSource,
     Refused,
@@ -51,47 +64,57 @@ from .brokers import (
     handle,
     kept,
     plain,
-    row_id,
+    refusal,
+    replay_refused,
+    seal,
+    sealed,
     settings_of,
     settle_replayed,
 )
 
 SOURCE = "rabbitmq"
 SETTINGS = "RABBITMQ_DEAD_LETTERS"
-ID_HEADER = "x-redrive-id"
-LETTER_HEADER = "x-redrive-letter"
-REPLAY_HEADER = "x-redrive-replay"
-OURS = {ID_HEADER, LETTER_HEADER, REPLAY_HEADER, "x-death"}
+ID_HEADER = "x-redrive-id"  # a copy's identity in the dead-letter queue: its letter's key
+SEAL_HEADER = "x-redrive-seal"  # our seal of that identity and the message's digest
+LETTER_HEADER = "x-redrive-letter"  # on a replayed copy: its letter,
+REPLAY_HEADER = "x-redrive-replay"  # that letter's replay number,
+REPLAY_SEAL_HEADER = "x-redrive-replay-seal"  # and our seal of both and the digest
+STAMP = (ID_HEADER, SEAL_HEADER)
+OLD_ID = re.compile(r"[0-9a-f]{32}")  # an id stamped before seals (a letter may adopt it)
+OURS = {*STAMP, LETTER_HEADER, REPLAY_HEADER, REPLAY_SEAL_HEADER}
+# A quorum queue's count of its deliveries (each sync's read is one): the dead-letter queue's
+# note, not the message's, so it is not shown, not part of the digest and not replayed.
+DELIVERIES = "x-delivery-count"
+# Not shown as headers: ours, x-death (shown as the letter's errors), the deliveries.
+HIDDEN = OURS | {"x-death", DELIVERIES}
+# Not part of a message's digest: those, and what the broker rewrites each time it dies.
+UNDIGESTED = HIDDEN | {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 SKIP_NO_ORIGIN = "its x-death header names no queue it died in, so there is nowhere to replay it"
 SKIP_ORIGIN_GONE = "its original queue {queue!r} no longer exists"
-PROPERTIES = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
-)
+SKIP_EXCHANGE_GONE = "its original exchange {exchange!r} no longer exists"
+STAMPED_NOW = "stamped this round"
+# A broker closing the connection for these (frame and syntax errors) refuses that message;
+# any other closing (320, a shutdown) is the broker going away.
+CONNECTION_FORCED = 320
 
 
-def origin(headers: dict) -> dict | None:
-    """Where the message was before its latest death: x-death lists deaths newest first."""
-    deaths = headers.get("x-death") or []
-    if not deaths or not isinstance(deaths[0], dict) or not deaths[0].get("queue"):
+def origin(deaths) -> dict | None:
+    """Where the message was before its latest death: x-death lists deaths newest first. Names
+    a publish cannot use (not text, longer than AMQP's 255 bytes) are no origin."""
+    if not isinstance(deaths, list) or not deaths or not isinstance(deaths[0], dict):
         return None
     latest = deaths[0]
-    keys = latest.get("routing-keys") or []
-    return {
-        "queue": plain(latest.get("queue")),
-        "exchange": plain(latest.get("exchange") or ""),
-        "routing_key": plain(keys[0]) if keys else plain(latest.get("queue")),
+    keys = latest.get("routing-keys")
+    where = {
+        "queue": latest.get("queue"),
+        "exchange": latest.get("exchange", ""),
+        "routing_key": keys[0] if isinstance(keys, list) and keys else latest.get("queue"),
     }
+    if not where["queue"] or not all(
+        isinstance(name, str) and len(name.encode()) <= 255 for name in where.values()
+    ):
+        return None
+    return {name: plain(value) for name, value in where.items()}
 
 
 def _when(value) -> datetime | None:
@@ -100,9 +123,9 @@ def _when(value) -> datetime | None:
     return None
 
 
-def deaths_as_errors(headers: dict, now: datetime) -> tuple[list[dict], int, datetime]:
+def deaths_as_errors(deaths, now: datetime) -> tuple[list[dict], int, datetime]:
     """x-death as the letter's error history (oldest first), total deaths, first death."""
-    deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
+    deaths = [d for d in deaths if isinstance(d, dict)] if isinstance(deaths, list) else []
     errors, total, first = [], 0, now
     for death in reversed(deaths):
         n = count(death.get("count"), at_least=1)
@@ -120,6 +143,23 @@ def deaths_as_errors(headers: dict, now: datetime) -> tuple[list[dict], int, dat
     return errors, total, first
 
 
+class _ChannelLost(Exception):
+    """The broker closed the channel (or the connection) refusing one message's publish: this
+    queue's scan ends here, the message recorded; the next scan gets past it."""
+
+
+def _refused(exc) -> bool:
+    """Whether a pika error is the broker refusing what was sent, not the broker going away."""
+    import pika
+
+    if isinstance(exc, pika.exceptions.ChannelClosedByBroker):
+        return True
+    return (
+        isinstance(exc, pika.exceptions.ConnectionClosedByBroker)
+        and exc.reply_code != CONNECTION_FORCED
+    )
+
+
 class RabbitMQLetters(BrokerSource):
     name = SOURCE
     label = "RabbitMQ"
@@ -128,7 +168,6 @@ class RabbitMQLetters(BrokerSource):
     # Publishing and acknowledging the copy commit together: a copy still there was never
     # published, whatever the letter says.
     published_leftover = Action.PUBLISH
-    identity_kept = True
     options = {"url": str, "scan_limit": int, "timeout": (int, float)}
 
     def made(self, ref):
@@ -148,22 +187,27 @@ class RabbitMQLetters(BrokerSource):
     def _connect(self, options):
         import pika
 
+        from .amqp_properties import Connection
+
         try:
             parameters = pika.URLParameters(options["url"])
             parameters.socket_timeout = options["timeout"]
             parameters.blocked_connection_timeout = options["timeout"]
             parameters.connection_attempts = 1
-            return pika.BlockingConnection(parameters)
+            return pika.BlockingConnection(parameters, _impl_class=Connection)
         except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
             raise Unreachable(_why(exc)) from exc
 
-    def _queue_exists(self, connection, queue: str) -> bool:
+    def _exists(self, connection, kind: str, name: str) -> bool:
         """A passive declare closes the channel it fails on: each gets its own."""
         import pika
 
         channel = connection.channel()
         try:
-            channel.queue_declare(queue, passive=True)
+            if kind == "queue":
+                channel.queue_declare(name, passive=True)
+            else:
+                channel.exchange_declare(name, passive=True)
         except pika.exceptions.ChannelClosedByBroker:
             return False
         channel.close()
@@ -176,7 +220,7 @@ class RabbitMQLetters(BrokerSource):
         connection = self._connect(options)
         try:
             for queue in options["queues"]:
-                if not self._queue_exists(connection, queue):
+                if not self._exists(connection, "queue", queue):
                     raise Unreachable(f"its dead-letter queue {queue!r} does not exist")
         except pika.exceptions.AMQPError as exc:
             raise Unreachable(_why(exc)) from exc
@@ -186,11 +230,12 @@ class RabbitMQLetters(BrokerSource):
     # --- replay and discard ------------------------------------------------------------
 
     def replay_ref(self, letter):
-        return letter.idempotency_key  # the same message (its x-redrive-id kept), republished
+        return letter.idempotency_key  # the copy the replay publishes
 
     def unplayable(self, letters):
-        """A letter whose x-death names no queue, or whose queue is gone, cannot go back (a
-        publish to a queue that is gone would be dropped by the broker, and the copy with it)."""
+        """A letter whose message cannot be republished, whose x-death named no queue, or
+        whose queue or exchange is gone cannot go back (a publish to a queue that is gone
+        would be dropped by the broker, and the copy with it)."""
         import pika
 
         found, known = {}, {}
@@ -198,19 +243,25 @@ class RabbitMQLetters(BrokerSource):
         try:
             for letter in letters:
                 where = kept(letter, "origin")
-                if not isinstance(where, dict) or not where.get("queue"):
-                    found[letter.pk] = SKIP_NO_ORIGIN
-                    continue
-                queue = where["queue"]
-                if queue not in known:
-                    known[queue] = self._queue_exists(connection, queue)
-                if not known[queue]:
-                    found[letter.pk] = SKIP_ORIGIN_GONE.format(queue=queue)
+                why = refusal(letter) or (None if _usable(where) else SKIP_NO_ORIGIN)
+                why = why or self._gone(connection, where, known)
+                if why is not None:
+                    found[letter.pk] = why
         except pika.exceptions.AMQPError as exc:
             raise Unreachable(_why(exc)) from exc
         finally:
             _close(connection)
         return found
+
+    def _gone(self, connection, where: dict, known: dict) -> str | None:
+        """Why the letter's origin cannot take it back (asked of the broker once a name)."""
+        for kind, skip in (("queue", SKIP_ORIGIN_GONE), ("exchange", SKIP_EXCHANGE_GONE)):
+            name = where[kind]
+            if name and (kind, name) not in known:  # "" is the default exchange
+                known[kind, name] = self._exists(connection, kind, name)
+            if name and not known[kind, name]:
+                return skip.format(**{kind: name})
+        return None
 
     # --- the scan ----------------------------------------------------------------------
 
@@ -225,7 +276,12 @@ class RabbitMQLetters(BrokerSource):
             for queue in options["queues"]:
                 if remaining is not None and not remaining:
                     break
-                self._scan(connection, queue, options, round_, remaining, using=using)
+                if not connection.is_open:  # closed by the broker refusing one message
+                    connection = self._connect(options)
+                try:
+                    self._scan(connection, queue, options, round_, remaining, using=using)
+                except _ChannelLost as exc:
+                    round_.errors.append(str(exc)[:500])
         except pika.exceptions.AMQPError as exc:
             raise Unreachable(_why(exc)) from exc
         finally:
@@ -238,50 +294,14 @@ class RabbitMQLetters(BrokerSource):
         channel = connection.channel()
         channel.tx_select()
         count = channel.queue_declare(queue, passive=True).method.message_count
+        held: set[str] = set()  # the identities read this scan: a second bearer is not the copy
         for _ in range(min(count, options["scan_limit"])):
             method, properties, body = channel.basic_get(queue, auto_ack=False)
             if method is None:
                 break
-            headers = dict(properties.headers or {})
-            identity = headers.get(ID_HEADER)
-            if isinstance(identity, bytes):
-                identity = identity.decode("ascii", "replace")
-            if not isinstance(identity, str) or not identity:
-                # Stamped once: the stamped copy replaces the original in one transaction.
-                identity = uuid.uuid4().hex
-                headers[ID_HEADER] = identity
-                properties = _with_headers(properties, headers)
-                channel.basic_publish("", queue, body, properties)
-                channel.basic_ack(method.delivery_tag)
-                channel.tx_commit()
-                method = None  # the copy is at the queue's tail; this round is done with it
-            seen = self._seen(queue, identity, properties, headers, body)
-            tag = method.delivery_tag if method is not None else None
-
-            def publish(letter, *, headers=headers, properties=properties, body=body, tag=tag):
-                where = origin(headers)
-                if tag is None or where is None:
-                    # A copy stamped just now is settled when a later round reads it again.
-                    raise Refused(SKIP_NO_ORIGIN if where is None else "stamped this round")
-                stamped = {**headers, LETTER_HEADER: letter.pk, REPLAY_HEADER: letter.replays}
-                channel.basic_publish(
-                    where["exchange"],
-                    where["routing_key"],
-                    body,
-                    _with_headers(properties, stamped),
-                )
-                channel.basic_ack(tag)
-                settle_replayed(letter.pk, ref=None, using=using)
-                fault_point("mid_settle", round_.step)
-                channel.tx_commit()
-
-            def remove(tag=tag):
-                if tag is None:
-                    raise Refused("stamped this round")
-                channel.basic_ack(tag)
-                channel.tx_commit()
-
-            letter = handle(self, seen, round_, using=using, publish=publish, remove=remove)
+            letter = self._one(
+                channel, queue, method.delivery_tag, properties.raw, body, held, round_, using
+            )
             if letter is not None and remaining is not None and letter.pk in remaining:
                 remaining.discard(letter.pk)
                 if not remaining:
@@ -289,43 +309,189 @@ class RabbitMQLetters(BrokerSource):
         with contextlib.suppress(pika.exceptions.AMQPError):
             channel.close()  # the messages left unacknowledged go back to their places
 
-    def _seen(self, queue, identity, properties, headers, body) -> Seen:
+    def _one(self, channel, queue, tag, raw, body, held, round_, using):
+        """Mirror one message read from `queue` and do what its letter asks; its letter."""
+        import pika
+
+        from .amqp_properties import Message, Properties, Unreadable, integer, text
+
+        try:
+            message = Message.read(raw, body)
+        except Unreadable as exc:
+            seen = self._unreadable(queue, raw, body, f"its properties cannot be read: {exc}")
+            remove = _remover(channel, tag, seen.identity, using)
+            return handle(self, seen, round_, using=using, publish=_cannot, remove=remove)
+        digest = message.digest(UNDIGESTED)
+        identity, former = message.header(ID_HEADER), None
+        if (
+            isinstance(identity, str)
+            and identity not in held
+            and sealed(SOURCE, message.header(SEAL_HEADER), "copy", identity, digest)
+        ):
+            held.add(identity)
+        elif self._known(f"sha256:{digest}", using):
+            identity = f"sha256:{digest}"  # a message recorded as one the broker refused
+        else:
+            # Stamped once: the stamped copy replaces the original in one transaction.
+            former = identity if isinstance(identity, str) and OLD_ID.fullmatch(identity) else None
+            identity = uuid.uuid4().hex
+            stamp = [(ID_HEADER, text(identity))]
+            stamp.append((SEAL_HEADER, text(seal(SOURCE, "copy", identity, digest))))
+            try:
+                stamped = Properties(message.with_headers(STAMP, stamp).encode())
+                channel.basic_publish("", queue, body, stamped)
+                channel.basic_ack(tag)
+                channel.tx_commit()
+            except pika.exceptions.AMQPError as exc:
+                if not _refused(exc):
+                    raise
+                why = f"RabbitMQ refused a stamped copy of it: {_why(exc)}"
+                seen = self._seen(queue, f"sha256:{digest}", message, digest, unplayable=why)
+                handle(self, seen, round_, using=using, publish=_cannot, remove=_cannot)
+                raise _ChannelLost(f"{seen.identity}: {why}") from exc
+            tag = None  # the copy is at the queue's tail; this round is done with it
+        seen = self._seen(queue, identity, message, digest, former=former)
+
+        def publish(letter):
+            where = kept(letter, "origin")
+            if tag is None:
+                raise Refused(STAMPED_NOW)  # settled when a later round reads it again
+            if not _usable(where):
+                raise Refused(SKIP_NO_ORIGIN)
+            if letter.message_digest != digest:
+                raise Refused(SKIP_NOT_ITS_MESSAGE)
+            replayed = message.with_headers(
+                OURS | {DELIVERIES},
+                [
+                    (LETTER_HEADER, integer(letter.pk)),
+                    (REPLAY_HEADER, integer(letter.replays)),
+                    (REPLAY_SEAL_HEADER, text(_replay_seal(letter.pk, letter.replays, digest))),
+                ],
+            )
+            try:
+                channel.basic_publish(
+                    where["exchange"], where["routing_key"], body, Properties(replayed.encode())
+                )
+                channel.basic_ack(tag)
+                settle_replayed(letter.pk, ref=None, using=using)
+                fault_point("mid_settle", round_.step)
+                channel.tx_commit()
+            except pika.exceptions.AMQPError as exc:
+                if not _refused(exc):
+                    raise
+                why = f"RabbitMQ refused the replay: {_why(exc)}"
+                replay_refused(SOURCE, letter.pk, why, now=timezone.now(), using=using)
+                raise _ChannelLost(f"{identity}: {why}") from exc
+            _let_go(identity, using)
+
+        remove = _remover(channel, tag, identity, using)
+        return handle(self, seen, round_, using=using, publish=publish, remove=remove)
+
+    def _known(self, identity: str, using: str) -> bool:
+        rows = DeadLetter.objects.using(using).filter(source=SOURCE, idempotency_key=identity)
+        return rows.exists()
+
+    def _seen(self, queue, identity, message, digest, *, former=None, unplayable="") -> Seen:
         now = timezone.now()
-        errors, attempts, first = deaths_as_errors(headers, now)
-        where = origin(headers)
-        shown_properties = {
-            name: plain(getattr(properties, name))
-            for name in PROPERTIES
-            if getattr(properties, name, None) is not None
-        }
-        letter_id = headers.get(LETTER_HEADER)
-        replay = headers.get(REPLAY_HEADER)
+        deaths = message.header("x-death")
+        errors, attempts, first = deaths_as_errors(deaths, now)
+        where = origin(deaths)
+        properties = {name: plain(v) for name, v in message.shown_properties().items()}
         died_in = (where or {}).get("queue") or queue
-        task = plain(properties.type) if properties.type else f"amqp:{died_in}"
+        kwargs = {
+            "dead_letter_queue": queue,
+            "origin": where,
+            "properties": properties,
+            # kwargs > headers > a header's value: two levels of the stored value's depth.
+            "headers": plain(message.shown_headers(HIDDEN, depth=3)),
+        }
+        if unplayable:
+            kwargs[NOT_REPLAYABLE] = unplayable
         return Seen(
             identity=identity,
-            task_path=task,
+            digest=digest,
+            task_path=properties.get("type") or f"amqp:{died_in}",
             queue_name=died_in,
-            args=[body_value(body, properties.content_type)],
-            kwargs={
-                "dead_letter_queue": queue,
-                "origin": where,
-                "properties": shown_properties,
-                "headers": {k: plain(v) for k, v in headers.items() if k not in OURS},
-            },
+            args=[body_value(message.body)],
+            kwargs=kwargs,
             attempts=max(attempts, 1),
             errors=errors,
             first_failed_at=first,
-            letter_id=row_id(letter_id),
-            replay=count(replay),
+            claim=_claim(message, digest),
+            former=former,
+        )
+
+    def _unreadable(self, queue, raw, body, why) -> Seen:
+        """A message whose properties cannot be taken apart: its own letter, shown as text,
+        named by its digest (nothing can be stamped on it) and never republished."""
+        from .amqp_properties import raw_digest
+
+        digest = raw_digest(raw, body)
+        now = timezone.now()
+        return Seen(
+            identity=f"sha256:{digest}",
+            digest=digest,
+            task_path=f"amqp:{queue}",
+            queue_name=queue,
+            args=[body_value(body)],
+            kwargs={
+                "dead_letter_queue": queue,
+                "origin": None,
+                "properties": plain(raw),
+                NOT_REPLAYABLE: why,
+            },
+            attempts=1,
+            errors=[error_entry(why, now, attempt=1, kind="rabbitmq.unreadable")],
+            first_failed_at=now,
         )
 
 
-def _with_headers(properties, headers):
-    import pika
+def _replay_seal(letter: int, replay: int, digest: str) -> str:
+    return seal(SOURCE, "replay", letter, replay, digest)
 
-    values = {name: getattr(properties, name) for name in PROPERTIES}
-    return pika.BasicProperties(headers=headers, **values)
+
+def _claim(message, digest: str) -> tuple[int, int] | None:
+    """The replay this message is a copy of, if its replay stamp is ours for this body."""
+    letter, replay = message.header(LETTER_HEADER), message.header(REPLAY_HEADER)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (letter, replay)):
+        return None
+    if not sealed(SOURCE, message.header(REPLAY_SEAL_HEADER), "replay", letter, replay, digest):
+        return None
+    return letter, replay
+
+
+def _usable(where) -> bool:
+    return (
+        isinstance(where, dict)
+        and isinstance(where.get("queue"), str)
+        and bool(where["queue"])
+        and isinstance(where.get("exchange"), str)
+        and isinstance(where.get("routing_key"), str)
+    )
+
+
+def _remover(channel, tag, identity: str, using: str):
+    def remove():
+        if tag is None:
+            raise Refused(STAMPED_NOW)  # settled when a later round reads it again
+        channel.basic_ack(tag)
+        channel.tx_commit()
+        _let_go(identity, using)
+
+    return remove
+
+
+def _let_go(identity: str, using: str) -> None:
+    """The letter's copy is gone from the broker (its publish or removal committed): no later
+    message bearing its identity (a copy of the copy, by someone who can read the queue) is
+    that letter's. A process killed just before this leaves the copy's identity to a copy left
+    unpublished, which is what the next sync looks for."""
+    rows = DeadLetter.objects.using(using).filter(source=SOURCE, idempotency_key=identity)
+    rows.update(idempotency_key=None)
+
+
+def _cannot(*_args):
+    raise Refused("its message cannot be republished")
 
 
 def _close(connection):

@@ -16,10 +16,11 @@ the life of a letter).
 
 A sync receives each message with a short visibility timeout and makes the ones it leaves
 visible again at once; the message stays in the queue until a replay or a discard deletes it.
-Identity: its SQS message id. Attempts: its `ApproximateReceiveCount` when first seen (less the
-sync's own receive). The source queue is the one whose redrive policy targets this queue
-(`ListDeadLetterSourceQueues`); a queue that is the target of several is replayed to the
-message's `DeadLetterQueueSourceArn` where SQS gives it, and otherwise not at all.
+Identity: its SQS message id (SQS gives it; no sender chooses it). Attempts: its
+`ApproximateReceiveCount` when first seen (less the sync's own receive). The source queue is the
+one whose redrive policy targets this queue (`ListDeadLetterSourceQueues`); a queue that is the
+target of several is replayed to the `DeadLetterQueueSourceArn` SQS gave the message when it was
+first mirrored (kept as the letter's `origin`), and otherwise not at all.
 
 Replay, like SQS's own redrive: the body and message attributes are sent to the source queue,
 the letter is recorded 'replayed' with the new message's id, then the dead-letter copy is
@@ -27,17 +28,26 @@ deleted. SQS has no transaction over a send and a delete: a process killed betwe
 and the record sends again on the next sync (for FIFO queues SQS itself drops that second send,
 by its deduplication id `redrive-<letter>-<replay>`; standard queues' consumers can deduplicate
 on the `redrive` attribute); killed after the record, the next sync only deletes the copy.
+The `redrive` attribute, "<letter>:<replay>:<seal>", is sealed with our signature of both and
+the message's digest: a message sent to the dead-letter queue with one that does not verify for
+its own body is a letter of its own, never the named letter's.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import json
 from datetime import UTC, datetime
 
 from django.utils import timezone
 
+from ..payloads import storable_text
 from . import Made
 from .brokers import (
+    BODY_CHARS,
+    SKIP_NOT_ITS_MESSAGE,
     Action,
     BrokerSource,
     Refused,
@@ -49,14 +59,16 @@ from .brokers import (
     error_entry,
     handle,
     kept,
-    row_id,
+    refusal,
+    seal,
+    sealed,
     settings_of,
     settle_replayed,
 )
 
 SOURCE = "sqs"
 SETTINGS = "SQS_DEAD_LETTERS"
-MARK = "redrive"  # message attribute "<letter id>:<replay number>" on a replayed message
+MARK = "redrive"  # message attribute "<letter id>:<replay number>:<seal>" on a replayed message
 MAX_ATTRIBUTES = 10  # SQS's limit per message
 SKIP_NO_SOURCE_QUEUE = "no source queue: {why}"
 
@@ -65,12 +77,32 @@ def queue_name(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _mark(attributes: dict) -> tuple[int | None, int]:
-    value = (attributes.get(MARK) or {}).get("StringValue") or ""
-    letter, _, replay = value.partition(":")
-    if letter.isascii() and letter.isdigit() and replay.isascii() and replay.isdigit():
-        return row_id(int(letter[:20])), count(int(replay[:20]))
-    return None, 0
+def digest(message: dict) -> str:
+    """SHA-256 of what a replay sends: the body and the message attributes but our mark."""
+    attributes = sorted(
+        [
+            name,
+            value.get("DataType", ""),
+            value.get("StringValue"),
+            base64.b64encode(value.get("BinaryValue") or b"").decode(),
+        ]
+        for name, value in (message.get("MessageAttributes") or {}).items()
+        if name != MARK
+    )
+    canonical = json.dumps([message.get("Body", ""), attributes])
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _claim(attributes: dict, digest: str) -> tuple[int, int] | None:
+    """The replay whose copy this message is, if its mark is ours for this very message."""
+    value = (attributes.get(MARK) or {}).get("StringValue")
+    parts = value.split(":") if isinstance(value, str) else []
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+        return None
+    letter, replay, mark_seal = parts
+    if not sealed(SOURCE, mark_seal, "replay", letter, replay, digest):
+        return None
+    return int(letter), int(replay)
 
 
 def _shown_attributes(attributes: dict) -> dict:
@@ -79,7 +111,7 @@ def _shown_attributes(attributes: dict) -> dict:
         if name == MARK:
             continue
         if "StringValue" in value:
-            shown[name] = value["StringValue"]
+            shown[name] = storable_text(value["StringValue"], BODY_CHARS)
         else:
             shown[name] = {"$not_json": value.get("DataType", "Binary"), "summary": "binary value"}
     return shown
@@ -157,10 +189,9 @@ class SQSLetters(BrokerSource):
         return reply.get("queueUrls", [])
 
     @staticmethod
-    def _source_queue(sources: list[str], message: dict) -> str | None:
-        """Where a message goes back to: the one source queue, or the one SQS names for it."""
-        arn = (message.get("Attributes") or {}).get("DeadLetterQueueSourceArn")
-        if arn:
+    def _source_queue(sources: list[str], arn) -> str | None:
+        """Where a letter goes back to: the one source queue, or the one SQS named for it."""
+        if isinstance(arn, str) and arn:
             for url in sources:
                 if queue_name(url) == arn.rsplit(":", 1)[-1]:
                     return url
@@ -223,9 +254,11 @@ class SQSLetters(BrokerSource):
         outcome: dict[str, int] = {}
 
         def publish(letter):
+            if letter.message_digest != seen.digest:
+                raise Refused(SKIP_NOT_ITS_MESSAGE)
             if url not in sources:
                 sources[url] = self._sources(client, url)
-            source = self._source_queue(sources[url], message)
+            source = self._source_queue(sources[url], kept(letter, "origin"))
             if source is None:
                 raise Refused(
                     SKIP_NO_SOURCE_QUEUE.format(why=f"no single queue sends to {queue_name(url)!r}")
@@ -233,9 +266,10 @@ class SQSLetters(BrokerSource):
             attributes = dict(message.get("MessageAttributes") or {})
             attributes.pop(MARK, None)
             if len(attributes) < MAX_ATTRIBUTES:
+                mark_seal = seal(SOURCE, "replay", letter.pk, letter.replays, seen.digest)
                 attributes[MARK] = {
                     "DataType": "String",
-                    "StringValue": f"{letter.pk}:{letter.replays}",
+                    "StringValue": f"{letter.pk}:{letter.replays}:{mark_seal}",
                 }
             sent = {"QueueUrl": source, "MessageBody": message["Body"]}
             if attributes:
@@ -268,7 +302,10 @@ class SQSLetters(BrokerSource):
         found, sources_of = {}, {}
         for letter in letters:
             dlq = kept(letter, "dead_letter_queue")
-            if not isinstance(dlq, str) or not dlq:
+            why = refusal(letter)
+            if why is not None:
+                found[letter.pk] = why
+            elif not isinstance(dlq, str) or not dlq:
                 found[letter.pk] = SKIP_NO_SOURCE_QUEUE.format(
                     why="its dead-letter queue is unknown"
                 )
@@ -296,7 +333,7 @@ class SQSLetters(BrokerSource):
         except (ValueError, OverflowError, OSError):
             first = now
         message_attributes = message.get("MessageAttributes") or {}
-        letter_id, replay = _mark(message_attributes)
+        message_digest = digest(message)
         error = error_entry(
             f"received {received} times from its source queue without being deleted; "
             f"moved to {queue_name(url)!r} by its redrive policy",
@@ -308,13 +345,18 @@ class SQSLetters(BrokerSource):
         kind = (message_attributes.get("type") or {}).get("StringValue")
         return Seen(
             identity=message["MessageId"],
-            task_path=kind or f"sqs:{queue_name(url)}",
+            digest=message_digest,
+            task_path=kind if isinstance(kind, str) and kind else f"sqs:{queue_name(url)}",
             queue_name=queue_name(url),
             args=[body_value(message.get("Body", "").encode("utf-8", "surrogatepass"))],
-            kwargs={"dead_letter_queue": url, "attributes": _shown_attributes(message_attributes)},
+            kwargs={
+                "dead_letter_queue": url,
+                # The queue SQS moved it from: where a replay goes when several send here.
+                "origin": attributes.get("DeadLetterQueueSourceArn"),
+                "attributes": _shown_attributes(message_attributes),
+            },
             attempts=received,
             errors=[error],
             first_failed_at=first,
-            letter_id=letter_id,
-            replay=replay,
+            claim=_claim(message_attributes, message_digest),
         )
