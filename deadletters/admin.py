@@ -9,10 +9,10 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from jobqueue.models import DeadLetter
+from jobqueue.models import AuditEntry, DeadLetter
 
 from . import redaction
-from .models import ReplayItem, ReplayRun, Reveal, RunEvent, Selection
+from .models import ReplayItem, ReplayRun, Reveal, Selection
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -115,10 +115,12 @@ class SelectionAdmin(ReadOnlyAdmin):
     list_display = ["id", "operator", "action", "created_at"]
 
 
-@admin.register(RunEvent)
-class RunEventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "run", "action", "operator_name", "at"]
-    list_filter = ["action"]
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The one audit log, read-only (the ORM refuses changes to it anyway)."""
+
+    list_display = ["seq", "at", "actor", "channel", "action", "target_kind", "reason"]
+    list_filter = ["channel", "target_kind"]
 
 
 @admin.register(Reveal)

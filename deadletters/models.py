@@ -159,25 +159,6 @@ class RunControl(models.TextChoices):
     HALTED = "halted", "Halted by its canary"
 
 
-class RunEvent(models.Model):
-    """Who paused, resumed or cancelled a run, and when: the audit's record of run control
-    (append-only like the ledger; `ReplayRun.stopped_by` shows only the latest stop)."""
-
-    run = models.ForeignKey(ReplayRun, on_delete=models.PROTECT, related_name="events")
-    action = models.CharField(max_length=10, choices=RunControl.choices)
-    operator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
-    operator_name = models.CharField(max_length=150)
-    at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self):
-        return f"run {self.run_id} {self.action} by {self.operator_name}"
-
-
 class Outcome(models.TextChoices):
     REPLAYED = "replayed", "Replayed"
     DISCARDED = "discarded", "Discarded"

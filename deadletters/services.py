@@ -32,7 +32,6 @@ from .models import (
     ReplayItem,
     ReplayRun,
     RunControl,
-    RunEvent,
     RunState,
     Selection,
 )
@@ -386,8 +385,8 @@ def _continue_later(run: ReplayRun, at):
 # How often a watched canary's jobs are looked at: each look is a short runner job (or, in the
 # CLI, a wait in its own process), so a watching run holds no worker slot meanwhile.
 CANARY_CHECK_SECONDS = 1.0
-# The name a canary's halt is recorded under (RunEvent.operator_name, ReplayRun.stopped_by); its
-# RunEvent.operator is the run's operator, the account the run acts for.
+# The name a canary's halt is recorded under (in the audit log, through the channel "system",
+# and as ReplayRun.stopped_by).
 CANARY_ACTOR = "canary"
 
 
@@ -476,8 +475,8 @@ def _watch_canary(run: ReplayRun, now, *, reschedule: bool) -> BatchResult:
     the run waits: a continuation runner (with `reschedule`) or the caller (`carry_out`) looks
     again in CANARY_CHECK_SECONDS, never sleeping in a worker slot. Then it decides: if more
     than `canary_max_dead_share` of the replayed canary died again (replays still unfinished
-    at the timeout counted as failures), the run halts itself (state halted, a RunEvent
-    "halted" under the name CANARY_ACTOR) until an operator resumes it (`resume`); otherwise
+    at the timeout counted as failures), the run halts itself (state halted, audited as
+    run.halted by CANARY_ACTOR) until an operator resumes it (`resume`); otherwise
     the canary passed and the rest of the run goes on from here."""
     tally = canary_tally(run)
     run.canary_done, run.canary_dead = tally.done, tally.dead
@@ -494,11 +493,13 @@ def _watch_canary(run: ReplayRun, now, *, reschedule: bool) -> BatchResult:
         run.canary_state = CanaryState.HALTED
         run.stopped_by = CANARY_ACTOR
         run.save()
-        RunEvent.objects.create(
-            run_id=run.pk,
-            action=RunControl.HALTED,
-            operator_id=run.operator_id,
-            operator_name=CANARY_ACTOR,
+        store.audit.record(
+            "run.halted",
+            actor=CANARY_ACTOR,
+            channel="system",
+            target_kind="run",
+            targets=[run.pk],
+            params=canary_params(run),
             at=now,
         )
         return BatchResult(0, False)
@@ -582,15 +583,15 @@ def carry_out(run_id: int, generation: int | None = None, *, sleep=time.sleep, c
                 sleep(min(wait, STATE_CHECK_SECONDS))
 
 
-def pause(run: ReplayRun, *, operator, now=None) -> bool:
-    return _stop(run, RunState.PAUSED, operator=operator, now=now)
+def pause(run: ReplayRun, *, operator, channel: str = "code", now=None) -> bool:
+    return _stop(run, RunState.PAUSED, operator=operator, channel=channel, now=now)
 
 
-def cancel(run: ReplayRun, *, operator, now=None) -> bool:
-    return _stop(run, RunState.CANCELLED, operator=operator, now=now)
+def cancel(run: ReplayRun, *, operator, channel: str = "code", now=None) -> bool:
+    return _stop(run, RunState.CANCELLED, operator=operator, channel=channel, now=now)
 
 
-def _stop(run, state, *, operator, now) -> bool:
+def _stop(run, state, *, operator, channel, now) -> bool:
     now = now or timezone.now()
     stoppable = [*ACTIVE_STATES] + (
         [RunState.PAUSED, RunState.HALTED] if state == RunState.CANCELLED else []
@@ -605,26 +606,38 @@ def _stop(run, state, *, operator, now) -> bool:
             **({"finished_at": now} if state == RunState.CANCELLED else {}),
         )
         if changed:
-            _record_control(run, RunControl(state), operator, now)
+            _record_control(run, RunControl(state), operator, channel, now)
     run.refresh_from_db()
     return bool(changed)
 
 
-def _record_control(run, action, operator, now):
-    RunEvent.objects.create(
-        run_id=run.pk,
-        action=action,
-        operator=operator,
-        operator_name=operator.get_username(),
+def _record_control(run, action, operator, channel, now):
+    store.audit.record(
+        f"run.{action}",
+        actor=operator.get_username(),
+        channel=channel,
+        target_kind="run",
+        targets=[run.pk],
         at=now,
     )
 
 
-def resume(run: ReplayRun, *, operator, now=None) -> bool:
+def canary_params(run) -> dict:
+    """What a canary judged, as its halt is audited."""
+    return {"canary_done": run.canary_done, "canary_dead": run.canary_dead}
+
+
+def run_events(run) -> list:
+    """Who paused, resumed, cancelled or approved a run, or its canary halted it, oldest
+    first (the audit log's entries on it)."""
+    return store.audit.history("run", run.pk)[::-1]
+
+
+def resume(run: ReplayRun, *, operator, channel: str = "code", now=None) -> bool:
     """Continue a paused run (or restart the runner of a stuck one) with a fresh runner.
 
     A run its canary halted goes on too, with the items after the canary: the operator's
-    deliberate override, kept as the canary's state and in the RunEvent."""
+    deliberate override, kept as the canary's state and in the audit log."""
     now = now or timezone.now()
     with transaction.atomic():
         locked = ReplayRun.objects.select_for_update().get(pk=run.pk)
@@ -637,7 +650,7 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
         locked.stopped_by = ""
         locked.updated_at = now
         locked.save()
-        _record_control(locked, RunControl.RESUMED, operator, now)
+        _record_control(locked, RunControl.RESUMED, operator, channel, now)
         # A paced run resumed before its next item's time: the runner starts at that time.
         due = locked.next_item_at if locked.next_item_at and locked.next_item_at > now else None
         _enqueue_runner(locked, at=due)
@@ -645,11 +658,13 @@ def resume(run: ReplayRun, *, operator, now=None) -> bool:
     return True
 
 
-def approve(run: ReplayRun, *, operator, background: bool = True, now=None) -> ReplayRun:
+def approve(
+    run: ReplayRun, *, operator, background: bool = True, channel: str = "code", now=None
+) -> ReplayRun:
     """The two-person rule: a second user holding the run's action permission (and, for a run
     past the poison limit, that permission too) approves a run awaiting approval, which then
     starts exactly as a run under the threshold starts (`_begin`). Both names stay on the run:
-    `operator_name` asked, `approved_by` approved (with a RunEvent). RefusedError, changing
+    `operator_name` asked, `approved_by` approved (audited). RefusedError, changing
     nothing, for the requester's own run, a missing permission or a run not awaiting."""
     from .roles import ACTION_PERMISSION, POISON
 
@@ -677,7 +692,7 @@ def approve(run: ReplayRun, *, operator, background: bool = True, now=None) -> R
         locked.approved_at = now
         locked.updated_at = now
         locked.save(update_fields=["state", "approved_by", "approved_at", "updated_at"])
-        _record_control(locked, RunControl.APPROVED, operator, now)
+        _record_control(locked, RunControl.APPROVED, operator, channel, now)
         _begin(locked, now=now, background=background)
     run.refresh_from_db()
     return run

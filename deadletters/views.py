@@ -534,6 +534,7 @@ def _run_context(request, run, *, after=None, notice=""):
         "several": databases.multiple(),
         "letter_query": databases.query(databases.of_database(run.selection.database)),
         "canary": services.canary_as_judged(run) if run.canary_size else None,
+        "events": services.run_events(run),
     }
 
 
@@ -555,7 +556,7 @@ def run_control(request, pk, command):
     require(request.user, ACTION_PERMISSION[run.action])
     handler = {"pause": services.pause, "resume": services.resume, "cancel": services.cancel}
     notice = ""
-    if not handler[command](run, operator=request.user):
+    if not handler[command](run, operator=request.user, channel=CONSOLE):
         notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
     if request.htmx:  # the swapped partial carries the notice: no page load would show it
         run.refresh_from_db()
@@ -974,7 +975,7 @@ def run_approve(request, pk):
     if run.allow_poisoned:
         require(request.user, POISON)
     try:
-        services.approve(run, operator=request.user)
+        services.approve(run, operator=request.user, channel=CONSOLE)
     except services.RefusedError as exc:
         run.refresh_from_db()
         response = render_page(

@@ -502,7 +502,7 @@ class PausedQueue(models.Model):
 
 
 # How the audit's verbs read where they are not just capitalised.
-AUDIT_VERBS = {"run_now": "Run now", "run": "Run now"}
+AUDIT_VERBS = {"run_now": "Run now", "run": "Run now", "halted": "Halted by its canary"}
 
 
 class AuditQuerySet(models.QuerySet):
@@ -537,6 +537,7 @@ class AuditEntry(models.Model):
         CLI = "cli", "Command line"
         API = "api", "API"
         CODE = "code", "Python code"  # a direct call of a store or service function
+        SYSTEM = "system", "Redrive itself"  # e.g. a replay's canary halting it
         # Moved in from the tables each kind of action had before (migration 0021), which did
         # not record the channel.
         UNRECORDED = "unrecorded", "Not recorded"

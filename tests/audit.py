@@ -10,3 +10,10 @@ def audited(kind: str, using: str = "default") -> list[tuple[str, str, str, str]
         for entry in AuditEntry.objects.using(using).filter(target_kind=kind).order_by("seq")
         for target in entry.targets
     ]
+
+
+def run_events(run) -> list[tuple[str, str]]:
+    """(verb, actor) of each audit entry on a replay run, oldest first."""
+    from deadletters.services import run_events as events
+
+    return [(entry.action.partition(".")[2], entry.actor) for entry in events(run)]

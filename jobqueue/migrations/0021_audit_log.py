@@ -128,6 +128,7 @@ class Migration(migrations.Migration):
                             ("cli", "Command line"),
                             ("api", "API"),
                             ("code", "Python code"),
+                            ("system", "Redrive itself"),
                             ("unrecorded", "Not recorded"),
                         ],
                         max_length=10,

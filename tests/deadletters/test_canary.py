@@ -18,13 +18,12 @@ from deadletters.models import (
     CanaryState,
     ReplayItem,
     ReplayRun,
-    RunControl,
-    RunEvent,
     RunState,
     Selection,
 )
 from deadletters.tasks import carry_out_run
 from jobqueue.models import DeadLetter, Job, JobState
+from tests.audit import run_events
 from tests.cli import run as run_command
 from tests.conftest import wait_until
 from tests.factories import DeadLetterFactory
@@ -129,13 +128,14 @@ def test_a_canary_that_dies_again_halts_the_run_until_an_operator_resumes_it(ope
     assert (run.state, run.canary_state) == (RunState.HALTED, CanaryState.HALTED)
     assert (run.processed, run.canary_done, run.canary_dead) == (3, 1, 2)
     assert run.stopped_by == "canary" and run.finished_at is None
-    event = run.events.get()
-    assert (event.action, event.operator_name, event.operator_id, event.at) == (
-        RunControl.HALTED,
+    [event] = services.run_events(run)
+    assert (event.action, event.actor, event.channel, event.at) == (
+        "run.halted",
         "canary",
-        operator.pk,
+        "system",
         clock.at(4),
     )
+    assert event.params == {"canary_done": 1, "canary_dead": 2}
     untouched(letters[3:])
     assert not ready_runners().exists()  # halted: no runner left behind
     assert not run.is_active
@@ -149,10 +149,7 @@ def test_a_canary_that_dies_again_halts_the_run_until_an_operator_resumes_it(ope
     run.refresh_from_db()
     assert (run.state, run.processed, run.done, run.skipped) == (RunState.FINISHED, 10, 10, 0)
     assert run.canary_state == CanaryState.OVERRIDDEN
-    assert list(run.events.values_list("action", "operator_name")) == [
-        ("halted", "canary"),
-        ("resumed", "second"),
-    ]
+    assert run_events(run) == [("halted", "canary"), ("resumed", "second")]
     # The rest, after the canary, each replayed once; the canary not again.
     assert list(run.items.values_list("dead_letter_id", flat=True)) == ids(letters)
     assert set(
@@ -191,7 +188,7 @@ def test_a_canary_within_the_allowed_share_passes_and_the_rest_is_replayed(opera
     run.refresh_from_db()
     assert (run.state, run.canary_state) == (RunState.FINISHED, CanaryState.PASSED)
     assert (run.processed, run.done, run.canary_done, run.canary_dead) == (12, 12, 4, 1)
-    assert not run.events.exists()
+    assert not run_events(run)
     # The rest went once the canary passed, at its fourth look, and not before.
     decided = clock.at(4)
     assert set(run.items.order_by("id").values_list("at", flat=True)[5:]) == {decided}
@@ -218,7 +215,7 @@ def test_at_the_timeout_unfinished_canary_jobs_count_as_failures(operator):
     # Two of three unfinished at the deadline: 67 % failed, more than the 50 % allowed.
     assert (run.state, run.canary_state) == (RunState.HALTED, CanaryState.HALTED)
     assert (run.canary_done, run.canary_dead) == (1, 0)
-    assert run.events.get().at == clock.at(10)
+    assert [e.at for e in services.run_events(run)] == [clock.at(10)]
     assert services.canary_as_judged(run).unfinished == 2
     untouched(letters[3:])
 
@@ -469,7 +466,7 @@ def test_the_run_page_and_the_audit_show_a_halted_run(operator_client, operator)
     assert '<span class="canary-done">1</span> done, <span class="canary-dead">2</span>' in page
     assert 'class="canary-threshold">20%<' in page
     assert "2 of its 3 replays died again" in page
-    assert "Halted by its canary at" in page  # the RunEvent
+    assert "Halted by its canary at" in page  # its audit entry
     assert "Resume despite the canary" in page and ">Cancel<" in page
     audit = operator_client.get(reverse("deadletters:audit")).content.decode()
     assert '<span class="state run-halted">Halted by canary</span>' in audit
@@ -491,7 +488,8 @@ def test_resuming_a_halted_run_takes_the_permission_and_the_csrf_token(operator,
     assert response.status_code == 200
     run.refresh_from_db()
     assert (run.state, run.canary_state) == (RunState.RUNNING, CanaryState.OVERRIDDEN)
-    assert RunEvent.objects.filter(run=run, action="resumed", operator=operator).exists()
+    assert run_events(run)[-1] == ("resumed", operator.get_username())
+    assert services.run_events(run)[-1].channel == "console"
     assert "Canary failed: resumed by an operator" in response.content.decode()
     audit = logged_in(operator).get(reverse("deadletters:audit")).content.decode()
     assert "Canary failed: resumed by an operator" in audit
@@ -598,7 +596,7 @@ def test_with_a_real_worker_a_dying_canary_halts_the_run_by_itself(workers, tmp_
         2,
         3,
     )
-    assert run.events.get().action == RunControl.HALTED
+    assert [verb for verb, _ in run_events(run)] == ["halted"]
     # The canary's letters settled as their jobs did; the rest were never touched.
     states = dict(DeadLetter.objects.values_list("pk", "state"))
     assert [states[dl.pk] for dl in letters[:3]] == ["pending", "replayed", "pending"]
@@ -645,7 +643,7 @@ def test_with_a_real_worker_a_healthy_canary_passes_and_the_run_goes_on(
     run.refresh_from_db()
     assert (run.canary_state, run.canary_done, run.canary_dead) == (CanaryState.PASSED, 4, 0)
     assert (run.processed, run.done) == (6, 6)
-    assert not run.events.exists()
+    assert not run_events(run)
     # The items after the canary went only once every canary job had succeeded.
     canary_done_at = max(
         Job.objects.filter(replayed_from__in=ids(letters[:4])).values_list("finished_at", flat=True)

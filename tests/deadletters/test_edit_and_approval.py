@@ -17,13 +17,12 @@ from deadletters.models import (
     ReplayItem,
     ReplayRun,
     Reveal,
-    RunControl,
-    RunEvent,
     RunState,
 )
 from jobqueue import store
-from jobqueue.models import DeadLetter, Job, JobState
+from jobqueue.models import AuditEntry, DeadLetter, Job, JobState
 from jobqueue.worker import Worker
+from tests.audit import run_events
 from tests.cli import run as run_command
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -606,8 +605,7 @@ def test_the_requester_cannot_approve_and_a_second_operator_can(operator, second
         "second",
     )
     assert run.approved_at is not None
-    event = RunEvent.objects.get(run=run)
-    assert (event.action, event.operator_name) == (RunControl.APPROVED, "second")
+    assert run_events(run) == [("approved", "second")]
     assert DeadLetter.objects.filter(state="replaying").count() == 3
     # Both names on the run page and in the audit.
     page = theirs.get(run_url(run)).content.decode()
@@ -721,7 +719,7 @@ def test_the_cli_replay_over_the_threshold_waits_and_approve_carries_it_out(
         assert ReplayRun.objects.get().state == RunState.AWAITING
     missing = run_command("deadletters", "approve", "999999", "--operator", "second")
     assert missing.refused_cleanly and "No replay run 999999" in missing.err
-    assert not RunEvent.objects.exists()
+    assert not AuditEntry.objects.filter(target_kind="run").exists()
 
     done = run_command("deadletters", "approve", str(run.pk), "--operator", "second")
     assert done.code == 0, done

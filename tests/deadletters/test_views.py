@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from deadletters.models import ReplayItem, ReplayRun, Selection
 from jobqueue.models import DeadLetter, DeadLetterState, Job
+from tests.audit import run_events
 from tests.factories import DeadLetterFactory, UserFactory
 
 from .conftest import logged_in
@@ -281,7 +282,7 @@ def test_run_page_progress_and_controls(operator_client, settings):
     run.refresh_from_db()
     assert run.state == "cancelled"
     # Every control is on record, in order, with who did it (the run keeps only the last).
-    assert [(e.action, e.operator_name) for e in run.events.all()] == [
+    assert run_events(run) == [
         ("paused", "operator"),
         ("resumed", "operator"),
         ("cancelled", "operator"),

@@ -241,3 +241,42 @@ def test_the_audit_page_lists_queue_job_and_schedule_actions_by_operator(client)
     only_ana = client.get("/deadletters/audit/", {"operator": "ana"})
     assert [e.actor for e in only_ana.context["entries"]] == ["ana"]
     assert b"campaign-called-off" not in only_ana.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_replay_runs_control_events_onto_the_chain():
+    before = [("deadletters", "0013_job_selection_database"), ("jobqueue", "0021_audit_log")]
+    MigrationExecutor(connection).migrate(before)
+    apps = MigrationExecutor(connection).loader.project_state(before).apps
+    at = timezone.now().replace(microsecond=0)
+    user = apps.get_model("auth", "User").objects.create(username="dee")
+    selection = apps.get_model("deadletters", "Selection").objects.create(
+        operator=user, action="replay", dead_letter_ids=[1], created_at=at
+    )
+    run_ = apps.get_model("deadletters", "ReplayRun").objects.create(
+        selection=selection,
+        operator=user,
+        operator_name="dee",
+        reason="r",
+        batch_size=10,
+        requested=1,
+        created_at=at,
+        updated_at=at,
+    )
+    RunEvent = apps.get_model("deadletters", "RunEvent")
+    for n, action in enumerate(["paused", "resumed", "halted"]):
+        name = "canary" if action == "halted" else "dee"
+        RunEvent.objects.create(
+            run=run_, action=action, operator=user, operator_name=name, at=at + timedelta(n)
+        )
+    try:
+        call_command("migrate", verbosity=0)
+    finally:
+        call_command("migrate", verbosity=0)
+    moved = [(e.action, e.actor, e.channel, e.targets) for e in AuditEntry.objects.order_by("seq")]
+    assert moved == [
+        ("run.paused", "dee", "unrecorded", [str(run_.pk)]),
+        ("run.resumed", "dee", "unrecorded", [str(run_.pk)]),
+        ("run.halted", "canary", "system", [str(run_.pk)]),
+    ]
+    assert breaks() == []

@@ -533,7 +533,7 @@ class Command(cli.Command):
         needed = [ACTION_PERMISSION[run.action]] + ([POISON] if run.allow_poisoned else [])
         operator = cli.operator(opts["operator"], VIEW, *needed)
         try:
-            run = services.approve(run, operator=operator, background=False)
+            run = services.approve(run, operator=operator, background=False, channel="cli")
         except services.RefusedError as exc:
             raise usage_error(str(exc)) from exc
         self.stdout.write(
