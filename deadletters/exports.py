@@ -32,6 +32,7 @@ from django.utils import timezone
 from . import conf, redaction, selectors
 from .models import Export
 from .roles import EXPORT
+from .selectors import LETTERS
 
 FORMATS = ("csv", "jsonl")
 CONTENT_TYPES = {
@@ -113,11 +114,10 @@ def _stream(record: Export, f: selectors.ListFilter, fmt: str) -> Iterator[str]:
 def _pages(f: selectors.ListFilter, *, limit: int) -> Iterator[list[dict]]:
     """The matching letters, at most `limit`, a page at a time in the list's order."""
     newest = f.order != "oldest"
-    order = ("-dead_lettered_at", "-id") if newest else ("dead_lettered_at", "id")
-    letters = selectors.filtered(f).order_by(*order).values(*COLUMNS)
+    letters = selectors.filtered(f).order_by(*LETTERS.order(newest=newest)).values(*COLUMNS)
     cursor, left = None, limit
     while left > 0:
-        qs = letters if cursor is None else selectors._beyond(letters, cursor, descending=newest)
+        qs = letters if cursor is None else LETTERS.beyond(letters, cursor, descending=newest)
         page = list(qs[: min(PAGE, left)])
         if not page:
             return

@@ -13,7 +13,8 @@ from . import conf, databases
 from .jobs import STATES as JOB_STATES
 from .jobs import JobFilter
 from .models import Action
-from .selectors import AuditFilter, ListFilter, decode_cursor
+from .paging import Keyset
+from .selectors import LETTERS, AuditFilter, ListFilter
 
 ORDER_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first")]
 
@@ -85,11 +86,16 @@ class DayField(forms.DateField):
 
 
 class CursorField(forms.CharField):
-    """A page cursor from selectors.encode_cursor, kept as its text (the selector decodes it)."""
+    """A page cursor of the list's keyset order (deadletters.paging), kept as its text (the
+    paginator decodes it)."""
+
+    def __init__(self, *args, keyset: Keyset = LETTERS, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.keyset = keyset
 
     def validate(self, value):
         super().validate(value)
-        if value and decode_cursor(value) is None:
+        if value and self.keyset.decode(value) is None:
             raise ValidationError("Not a page cursor of this list.", code="invalid")
 
 
@@ -220,7 +226,8 @@ class AuditFilterForm(forms.Form):
     job_type = forms.CharField(required=False, max_length=255)
     since = DayField(required=False)
     until = DayField(required=False)
-    before = IdField(required=False)
+    before = IdField(required=False)  # the runs' page: older than this run
+    entries_after = IdField(required=False)  # the audit log's page: older than this entry
 
     def to_filter(self) -> AuditFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored."""

@@ -21,7 +21,8 @@ from jobqueue import store
 from jobqueue.models import WAITING as WAITING_STATUSES
 from jobqueue.models import AuditEntry, DeadLetter, Job, JobState, JobStatus
 
-from . import conf, redaction, search
+from . import conf, paging, redaction, search
+from .paging import BY_ID
 from .selectors import SelectionTooLarge
 
 # The browser's tabs: the one vocabulary of job states (jobqueue.models.JobStatus).
@@ -103,8 +104,8 @@ class Row:
 @dataclass
 class JobPage:
     rows: list[Row]
-    next_after: int | None  # older rows: ?after=<id>
-    prev_before: int | None  # newer rows: ?before=<id>
+    next_cursor: str | None  # older rows: ?after= (deadletters.paging, by id)
+    prev_cursor: str | None  # newer rows: ?before=
     search_left_out: int | None = None  # a text search did not read this job and older ones
 
 
@@ -122,21 +123,8 @@ def page(
     size = size or conf.get("PAGE_SIZE")
     with searching(f, using):
         qs, left_out = filtered(f, now, using)
-        qs = qs.only(*LISTED)
-        if before:
-            jobs = list(qs.filter(id__gt=before).order_by("id")[: size + 1])
-        else:
-            jobs = list((qs.filter(id__lt=after) if after else qs).order_by("-id")[: size + 1])
-    if before:
-        more_newer = len(jobs) > size
-        jobs = jobs[:size][::-1]
-        next_after = jobs[-1].id if jobs else None
-        prev_before = jobs[0].id if jobs and more_newer else None
-    else:
-        more_older = len(jobs) > size
-        jobs = jobs[:size]
-        next_after = jobs[-1].id if jobs and more_older else None
-        prev_before = jobs[0].id if jobs and after else None
+        found = paging.page(qs.only(*LISTED), BY_ID, after=after, before=before, size=size)
+    jobs = found.rows
     dead = [job.id for job in jobs if job.state == JobState.DEAD]
     letters = dict(
         DeadLetter.objects.using(using).filter(job_id__in=dead).values_list("job_id", "id")
@@ -153,7 +141,7 @@ def page(
         )
         for job in jobs
     ]
-    return JobPage(rows, next_after, prev_before, left_out)
+    return JobPage(rows, found.next_cursor, found.prev_cursor, left_out)
 
 
 def _running_for(job: Job, now: datetime) -> float | None:

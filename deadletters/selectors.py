@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,13 +13,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
+from jobqueue.models import DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
-from . import conf, databases, redaction, search
+from . import conf, databases, paging, redaction, search
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
+from .paging import Keyset, Page
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 POISON_REASON = "replayed {n} times already (poison limit)"
 # Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
 CHUNK = 5000
@@ -99,54 +98,11 @@ def filtered(f: ListFilter):
     return qs
 
 
-def encode_cursor(letter) -> str:
-    return f"{(letter.dead_lettered_at - EPOCH) // timedelta(microseconds=1)}-{letter.pk}"
-
-
-CURSOR = re.compile(r"(-?[0-9]{1,20})-([0-9]{1,19})")
-
-
-def decode_cursor(text: str | None) -> tuple[datetime, int] | None:
-    """The (instant, id) a cursor from encode_cursor names; None if `text` is not one.
-
-    ASCII digits only: str.isdigit() and int() also take other scripts' digits ("²", "٣").
-    """
-    match = CURSOR.fullmatch(text or "")
-    if not match:
-        return None
-    pk = int(match[2])
-    if not 1 <= pk <= MAX_ID:
-        return None
-    try:
-        return EPOCH + timedelta(microseconds=int(match[1])), pk
-    except OverflowError:
-        return None
-
-
-def _beyond(qs, cursor, *, descending: bool):
-    """Rows strictly past `cursor` in the given direction.
-
-    The plain range condition comes first so the index scan starts at the cursor; the OR only
-    breaks ties between rows of the same instant, so a deep page costs what the first one does.
-    """
-    at, pk = cursor
-    if descending:
-        return qs.filter(dead_lettered_at__lte=at).filter(Q(dead_lettered_at__lt=at) | Q(pk__lt=pk))
-    return qs.filter(dead_lettered_at__gte=at).filter(Q(dead_lettered_at__gt=at) | Q(pk__gt=pk))
-
-
-@dataclass
-class Page:
-    rows: list
-    next_cursor: str | None = None  # the `after` of the following page
-    prev_cursor: str | None = None  # the `before` of the preceding page
+# Dead letters page newest first by when they died (jobqueue_dl_pending_idx and its kin).
+LETTERS = Keyset("dead_lettered_at")
 
 
 def page(f: ListFilter, *, after=None, before=None, size=None) -> Page:
-    size = size or conf.get("PAGE_SIZE")
-    newest = f.order != "oldest"
-    order = ["-dead_lettered_at", "-id"] if newest else ["dead_lettered_at", "id"]
-    reverse = [o.lstrip("-") if o.startswith("-") else f"-{o}" for o in order]
     qs = filtered(f).only(
         "id",
         "source",
@@ -159,27 +115,13 @@ def page(f: ListFilter, *, after=None, before=None, size=None) -> Page:
         "state",
         "dead_lettered_at",
     )
-    before_cursor, after_cursor = decode_cursor(before), decode_cursor(after)
-    if before_cursor:
-        rows = list(
-            _beyond(qs, before_cursor, descending=not newest).order_by(*reverse)[: size + 1]
-        )
-        has_more_before = len(rows) > size
-        rows = rows[:size][::-1]
-        return Page(
-            rows,
-            next_cursor=encode_cursor(rows[-1]) if rows else None,
-            prev_cursor=encode_cursor(rows[0]) if rows and has_more_before else None,
-        )
-    if after_cursor:
-        qs = _beyond(qs, after_cursor, descending=newest)
-    rows = list(qs.order_by(*order)[: size + 1])
-    has_more = len(rows) > size
-    rows = rows[:size]
-    return Page(
-        rows,
-        next_cursor=encode_cursor(rows[-1]) if has_more else None,
-        prev_cursor=encode_cursor(rows[0]) if rows and after_cursor else None,
+    return paging.page(
+        qs,
+        LETTERS,
+        after=after,
+        before=before,
+        size=size or conf.get("PAGE_SIZE"),
+        newest=f.order != "oldest",
     )
 
 
@@ -605,10 +547,8 @@ def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
         runs = runs.filter(created_at__gte=f.since)
     if f.until:
         runs = runs.filter(created_at__lt=f.until)
-    if before:
-        runs = runs.filter(pk__lt=before)
-    rows = list(runs.order_by("-id")[: size + 1])
-    return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
+    found = paging.page(runs, paging.BY_ID, after=before, size=size)
+    return found.rows, found.next_cursor
 
 
 def run_items(
@@ -620,12 +560,10 @@ def run_items(
     items = run.items.order_by("id")
     if through_batch is not None:
         items = items.filter(batch__lte=through_batch)
-    if after:
-        items = items.filter(pk__gt=after)
-    rows = list(items[: size + 1])
-    _preload_jobs(rows[:size], using)
-    _preload_letter_states(rows[:size], using)
-    return rows[:size], (rows[size - 1].pk if len(rows) > size else None)
+    found = paging.page(items, paging.BY_ID, after=after, size=size, newest=False)
+    _preload_jobs(found.rows, using)
+    _preload_letter_states(found.rows, using)
+    return found.rows, found.next_cursor
 
 
 def _preload_jobs(items, using: str):
@@ -677,9 +615,11 @@ def audit_exports(f: AuditFilter, *, size: int = 50) -> list:
     return list(rows.order_by("-at", "-id")[:size])
 
 
-def audit_entries(f: AuditFilter, *, size: int = 50, using: str = "default") -> list:
-    """The most recent entries of the one audit log (jobqueue.AuditEntry: queue, job and
-    schedule actions, from every channel) the audit filter matches, by operator and time."""
+def audit_entries(
+    f: AuditFilter, *, after=None, size: int = 50, using: str = "default"
+) -> paging.Page:
+    """A page of the one audit log (jobqueue.AuditEntry, from every channel), newest first,
+    of the entries the audit filter matches by operator and time."""
     from jobqueue.models import AuditEntry
 
     rows = AuditEntry.objects.using(using).all()
@@ -689,4 +629,4 @@ def audit_entries(f: AuditFilter, *, size: int = 50, using: str = "default") -> 
         rows = rows.filter(at__gte=f.since)
     if f.until:
         rows = rows.filter(at__lt=f.until)
-    return list(rows.order_by("-id")[:size])
+    return paging.page(rows, paging.BY_ID, after=after, size=size)

@@ -581,7 +581,9 @@ def audit(request):
         {
             "runs": runs,
             "exports": exports_,
-            "entries": selectors.audit_entries(form.to_filter()),
+            "entries": selectors.audit_entries(
+                form.to_filter(), after=form.cleaned_data.get("entries_after")
+            ),
             "edits": edits.for_audit(form.to_filter()),
             "next_before": next_before,
             "form": form,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 from django import forms
 from django.db.models import F, Q
@@ -28,9 +27,9 @@ from jobqueue.models import (
     WorkflowStep,
 )
 
-from . import conf, redaction
+from . import conf, paging, redaction
 from .forms import CursorField
-from .selectors import EPOCH, decode_cursor
+from .paging import Keyset
 
 STATES = dict(WorkflowState.choices)
 # A page shows at most this many of a workflow's steps and signals (in order), and of a batch's
@@ -70,12 +69,16 @@ def state_q(state: str) -> Q:
 # --- list ---------------------------------------------------------------------------------
 
 
+# Workflows page most recently changed first (jobqueue_workflow_upd_idx).
+WORKFLOWS = Keyset("updated_at")
+
+
 class WorkflowFilterForm(forms.Form):
     """The list's state filter and keyset cursors; an invalid field is ignored and named."""
 
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *STATES.items()])
-    after = CursorField(required=False, max_length=60)
-    before = CursorField(required=False, max_length=60)
+    after = CursorField(required=False, max_length=60, keyset=WORKFLOWS)
+    before = CursorField(required=False, max_length=60, keyset=WORKFLOWS)
 
     def applied_state(self) -> str:
         self.is_valid()
@@ -97,49 +100,15 @@ class Row:
         return TONES.get(self.state, "")
 
 
-@dataclass
-class Page:
-    rows: list[Row]
-    next_cursor: str | None = None  # older rows: ?after=
-    prev_cursor: str | None = None  # newer rows: ?before=
-
-
-def encode_cursor(workflow: Workflow) -> str:
-    return f"{(workflow.updated_at - EPOCH) // timedelta(microseconds=1)}-{workflow.pk}"
-
-
-def _beyond(qs, cursor: tuple[datetime, int], *, older: bool):
-    """Rows strictly past `cursor`: the range first, so the index scan starts there."""
-    at, pk = cursor
-    if older:
-        return qs.filter(updated_at__lte=at).filter(Q(updated_at__lt=at) | Q(pk__lt=pk))
-    return qs.filter(updated_at__gte=at).filter(Q(updated_at__gt=at) | Q(pk__gt=pk))
-
-
 def page(state: str = "", *, after: str | None = None, before: str | None = None, size=None):
-    """Recent workflows, most recently changed first (jobqueue_workflow_upd_idx). A workflow
-    that changes while one pages moves to the top: it may be seen twice or not at all."""
-    size = size or conf.get("PAGE_SIZE")
+    """Recent workflows, most recently changed first. A workflow that changes while one pages
+    moves to the top: it may be seen twice or not at all."""
     qs = Workflow.objects.filter(state_q(state)).annotate(job_state=F("job__state"))
-    before_cursor, after_cursor = decode_cursor(before), decode_cursor(after)
-    if before_cursor:
-        found = list(
-            _beyond(qs, before_cursor, older=False).order_by("updated_at", "id")[: size + 1]
-        )
-        more_newer = len(found) > size
-        found = found[:size][::-1]
-        next_cursor = encode_cursor(found[-1]) if found else None
-        prev_cursor = encode_cursor(found[0]) if found and more_newer else None
-    else:
-        if after_cursor:
-            qs = _beyond(qs, after_cursor, older=True)
-        found = list(qs.order_by("-updated_at", "-id")[: size + 1])
-        more_older = len(found) > size
-        found = found[:size]
-        next_cursor = encode_cursor(found[-1]) if found and more_older else None
-        prev_cursor = encode_cursor(found[0]) if found and after_cursor else None
-    rows = [Row(w, shown_state(w.state, w.job_state), w.job_state) for w in found]
-    return Page(rows, next_cursor, prev_cursor)
+    found = paging.page(
+        qs, WORKFLOWS, after=after, before=before, size=size or conf.get("PAGE_SIZE")
+    )
+    found.rows = [Row(w, shown_state(w.state, w.job_state), w.job_state) for w in found.rows]
+    return found
 
 
 # --- one workflow -------------------------------------------------------------------------

@@ -36,10 +36,9 @@ from deadletters.forms import (
     SelectionForm,
 )
 from deadletters.models import ReplayRun, Selection
-from deadletters.selectors import MAX_ID
 from deadletters.workflows import WorkflowFilterForm
 from jobqueue import store
-from jobqueue.models import Workflow, WorkflowStep
+from jobqueue.models import MAX_ID, Workflow, WorkflowStep
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 from .conftest import user_with_role

@@ -62,12 +62,12 @@ def test_pages_newest_first_forward_and_back(viewer_client, settings):
     first = viewer_client.get(URL)
     assert ids(first) == made[:-3:-1]
     page = first.context["page"]
-    second = viewer_client.get(URL, {"after": page.next_after})
+    second = viewer_client.get(URL, {"after": page.next_cursor})
     assert ids(second) == [made[2], made[1]]
-    back = viewer_client.get(URL, {"before": second.context["page"].prev_before})
+    back = viewer_client.get(URL, {"before": second.context["page"].prev_cursor})
     assert ids(back) == made[:-3:-1]
-    last = viewer_client.get(URL, {"after": second.context["page"].next_after})
-    assert ids(last) == [made[0]] and last.context["page"].next_after is None
+    last = viewer_client.get(URL, {"after": second.context["page"].next_cursor})
+    assert ids(last) == [made[0]] and last.context["page"].next_cursor is None
 
 
 @pytest.mark.parametrize(

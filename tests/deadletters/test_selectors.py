@@ -99,14 +99,14 @@ def test_exact_page_size_has_no_next_page_and_empty_filter_is_empty():
 def test_bad_cursor_is_ignored():
     DeadLetterFactory()
     assert len(selectors.page(ListFilter(), after="garbage").rows) == 1
-    assert selectors.decode_cursor("12-x") is None
+    assert selectors.LETTERS.decode("12-x") is None
 
 
 def test_deep_keyset_query_starts_at_the_cursor():
     letters = [DeadLetterFactory() for _ in range(4)]
-    cursor = selectors.encode_cursor(letters[2])
-    qs = selectors._beyond(
-        selectors.filtered(ListFilter()), selectors.decode_cursor(cursor), descending=True
+    cursor = selectors.LETTERS.encode(letters[2])
+    qs = selectors.LETTERS.beyond(
+        selectors.filtered(ListFilter()), selectors.LETTERS.decode(cursor), descending=True
     )
     sql = str(qs.query)
     # A range condition the index can seek to, not only an OR the planner must filter with.

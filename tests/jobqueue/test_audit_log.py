@@ -233,13 +233,13 @@ def test_the_audit_page_lists_queue_job_and_schedule_actions_by_operator(client)
     store.job_actions.cancel([job.pk], actor="ben", reason="campaign-called-off")
     page = client.get("/deadletters/audit/")
     assert page.status_code == 200
-    assert [(e.actor, e.action) for e in page.context["entries"]] == [
+    assert [(e.actor, e.action) for e in page.context["entries"].rows] == [
         ("ben", "job.cancel"),
         ("ana", "queue.pause"),
     ]
     assert b"smtp-provider-outage" in page.content and b"campaign-called-off" in page.content
     only_ana = client.get("/deadletters/audit/", {"operator": "ana"})
-    assert [e.actor for e in only_ana.context["entries"]] == ["ana"]
+    assert [e.actor for e in only_ana.context["entries"].rows] == ["ana"]
     assert b"campaign-called-off" not in only_ana.content
 
 
