@@ -16,22 +16,42 @@ class Action(models.TextChoices):
     DISCARD = "discard", "Discard"
 
 
+# What a selection's action reads as: a letters one's (Action), a jobs one's.
+SELECTION_ACTIONS = {**dict(Action.choices), "run_now": "Run now", "cancel": "Cancel"}
+
+
 class Selection(models.Model):
-    """The exact dead-letter ids an operator previewed; a run carries out exactly these."""
+    """The exact ids an operator previewed for a bulk action, of dead letters (replay, discard:
+    a run carries them out) or of queued jobs (run now, cancel: carried out in chunks when
+    confirmed); confirming acts on these and no others, in their database, once."""
+
+    class Kind(models.TextChoices):
+        LETTERS = "letters", "Dead letters"
+        JOBS = "jobs", "Jobs"
 
     operator = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
-    action = models.CharField(max_length=10, choices=Action.choices)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.LETTERS)
+    # Letters: Action (replay, discard); jobs: run_now or cancel (jobqueue.store.job_actions).
+    action = models.CharField(max_length=10)
     filter = models.JSONField(default=dict, blank=True)
-    dead_letter_ids = models.JSONField(default=list)
-    # The queue database the letters are in (a TASKS backend's OPTIONS["DATABASE"]): ids repeat
-    # across databases, and a run replays them in theirs (deadletters.databases).
+    ids = models.JSONField(default=list)
+    # The queue database the ids are rows of (a TASKS backend's OPTIONS["DATABASE"]): ids
+    # repeat across databases, and confirming acts in theirs (deadletters.databases).
     database = models.CharField(max_length=100, default="default")
     created_at = models.DateTimeField()
+    # A jobs selection once carried out (a letters selection's record is its run).
+    applied_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    changed = models.PositiveIntegerField(default=0)
 
     def __str__(self):
-        return f"Selection {self.pk} ({len(self.dead_letter_ids)} items)"
+        return f"Selection {self.pk} ({len(self.ids)} {self.kind})"
+
+    @property
+    def action_label(self) -> str:
+        return SELECTION_ACTIONS.get(self.action, self.action)
 
 
 class RunState(models.TextChoices):
@@ -347,27 +367,6 @@ class Reveal(models.Model):
 
     def __str__(self):
         return f"{self.operator_name} revealed dead letter {self.dead_letter_id} via {self.via}"
-
-
-class JobSelection(models.Model):
-    """The exact job ids an operator previewed for a bulk action on queued jobs (run now,
-    cancel); confirming acts on these and no others, in bounded chunks."""
-
-    operator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
-    action = models.CharField(max_length=10)  # run_now or cancel (jobqueue.store.job_actions)
-    filter = models.JSONField(default=dict, blank=True)
-    job_ids = models.JSONField(default=list)
-    # The queue database the ids are jobs of (jobqueue.databases), where confirming acts.
-    database = models.CharField(max_length=100, default="default")
-    created_at = models.DateTimeField()
-    applied_at = models.DateTimeField(null=True, blank=True)
-    reason = models.TextField(blank=True)
-    changed = models.PositiveIntegerField(default=0)
-
-    def __str__(self):
-        return f"Job selection {self.pk} ({len(self.job_ids)} jobs)"
 
 
 class PayloadEdit(models.Model):

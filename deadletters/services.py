@@ -26,7 +26,6 @@ from .models import (
     ACTIVE_STATES,
     Action,
     CanaryState,
-    JobSelection,
     Outcome,
     PendingCount,
     ReplayItem,
@@ -56,19 +55,32 @@ def _selected(ids, noun: str) -> list[int]:
 
 
 def freeze_selection(
-    *, operator, action: str, ids, filter: dict | None = None, database="default", now=None
-):
-    """Record exactly the ids an operator previews, and the queue database they are letters of
-    (deadletters.databases); confirming runs these and no others, in that database."""
-    ids = _selected(ids, "dead letter")
+    *,
+    operator,
+    action: str,
+    ids,
+    kind: str = Selection.Kind.LETTERS,
+    filter: dict | None = None,
+    database="default",
+    now=None,
+) -> Selection:
+    """Record exactly the ids an operator previews (dead letters, or queued jobs with `kind`
+    jobs) and the queue database they are rows of (deadletters.databases); confirming acts on
+    these and no others, in that database: `start_run` for letters, `apply_job_selection` for
+    jobs."""
+    ids = _selected(ids, "dead letter" if kind == Selection.Kind.LETTERS else "job")
     now = now or timezone.now()
-    # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run).
-    Selection.objects.filter(run__isnull=True, created_at__lt=now - PREVIEW_LIFETIME).delete()
+    # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run,
+    # or applied).
+    Selection.objects.filter(
+        run__isnull=True, applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
+    ).delete()
     return Selection.objects.create(
         operator=operator,
+        kind=kind,
         action=action,
         filter=filter or {},
-        dead_letter_ids=ids,
+        ids=ids,
         database=database,
         created_at=now,
     )
@@ -122,10 +134,12 @@ def start_run(
         raise RefusedError("A reason is required.")
     if selection.operator_id != operator.pk:
         raise RefusedError("This selection was previewed by another operator.")
+    if selection.kind != Selection.Kind.LETTERS:
+        raise RefusedError("This selection is of jobs, not dead letters.")
     if ReplayRun.objects.filter(selection=selection).exists():
         raise RefusedError("This selection has already been confirmed.")
     now = now or timezone.now()
-    ids = selection.dead_letter_ids
+    ids = selection.ids
     job_types = sorted(
         {
             path
@@ -272,7 +286,7 @@ def _process_batch(
         if run.canary_size and not run.canary_state:
             # The canary goes alone: no item after it before its jobs are judged.
             allowed = min(allowed, run.canary_size - run.processed)
-        ids = run.selection.dead_letter_ids[run.processed : run.processed + allowed]
+        ids = run.selection.ids[run.processed : run.processed + allowed]
         using = run.selection.database
         batch_no = run.batches + 1
         # The letters live in the selection's queue database, the run and its ledger on default.
@@ -757,33 +771,15 @@ def act_on_jobs(
     )
 
 
-def freeze_job_selection(
-    *, operator, action: str, ids, filter: dict | None = None, database="default", now=None
-):
-    """Record exactly the job ids an operator previews, and the queue database they are jobs of;
-    confirming acts on these only, in that database."""
-    ids = _selected(ids, "job")
-    now = now or timezone.now()
-    JobSelection.objects.filter(
-        applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
-    ).delete()
-    return JobSelection.objects.create(
-        operator=operator,
-        action=action,
-        filter=filter or {},
-        job_ids=ids,
-        database=database,
-        created_at=now,
-    )
-
-
 def apply_job_selection(
-    selection: JobSelection, *, reason: str, channel: str = "code", now=None
+    selection: Selection, *, reason: str, channel: str = "code", now=None
 ) -> list[int]:
-    """Carry out a frozen selection once, in its queue database; a second confirm changes
-    nothing."""
+    """Carry out a frozen selection of jobs once, in its queue database; a second confirm
+    changes nothing."""
     from . import databases
 
+    if selection.kind != Selection.Kind.JOBS:
+        raise RefusedError("This selection is of dead letters, not jobs.")
     database = selection.database
     if databases.of_database(database) is None:
         raise RefusedError(
@@ -791,7 +787,7 @@ def apply_job_selection(
         )
     now = now or timezone.now()
     with transaction.atomic():
-        claimed = JobSelection.objects.filter(pk=selection.pk, applied_at__isnull=True).update(
+        claimed = Selection.objects.filter(pk=selection.pk, applied_at__isnull=True).update(
             applied_at=now, reason=reason
         )
     if not claimed:
@@ -799,7 +795,7 @@ def apply_job_selection(
     try:
         changed = act_on_jobs(
             selection.action,
-            selection.job_ids,
+            selection.ids,
             operator=selection.operator,
             reason=reason,
             channel=channel,
@@ -809,9 +805,9 @@ def apply_job_selection(
         )
     except Exception:
         # Chunks done so far stay done (and audited); the state guards skip them on a retry.
-        JobSelection.objects.filter(pk=selection.pk).update(applied_at=None)
+        Selection.objects.filter(pk=selection.pk).update(applied_at=None)
         raise
-    JobSelection.objects.filter(pk=selection.pk).update(changed=len(changed))
+    Selection.objects.filter(pk=selection.pk).update(changed=len(changed))
     return changed
 
 
@@ -883,7 +879,7 @@ def edit_and_replay(
             operator=operator,
             action=Action.REPLAY,
             filter=recorded,
-            dead_letter_ids=[letter.pk],
+            ids=[letter.pk],
             created_at=now,
         )
         run = ReplayRun.objects.create(

@@ -57,7 +57,7 @@ from .forms import (
     SelectionForm,
     refusal,
 )
-from .models import Action, JobSelection, ReplayRun, RunState, Selection
+from .models import Action, ReplayRun, RunState, Selection
 from .roles import ACT_ON_JOB, ACTION_PERMISSION, EDIT, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
 
 LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
@@ -431,7 +431,9 @@ def _back(request) -> str:
 
 
 def _own_selection(request, pk):
-    selection = Selection.objects.filter(pk=pk, operator=request.user).first()
+    selection = Selection.objects.filter(
+        pk=pk, kind=Selection.Kind.LETTERS, operator=request.user
+    ).first()
     if selection is not None and databases.of_database(selection.database) is None:
         raise NotFound(
             "selection",
@@ -481,7 +483,7 @@ def confirm(request, pk):
     context = {
         "selection": selection,
         "preview": selectors.preview(
-            selection.dead_letter_ids,
+            selection.ids,
             action=selection.action,
             allow_poisoned=allow_poisoned,
             using=selection.database,
@@ -841,8 +843,9 @@ def job_preview(request):
             recorded = dict(form.echo())
         else:
             ids, recorded = form.cleaned_data["ids"], {}
-        selection = services.freeze_job_selection(
+        selection = services.freeze_selection(
             operator=request.user,
+            kind=Selection.Kind.JOBS,
             action=form.cleaned_data["action"],
             ids=ids,
             filter=recorded,
@@ -863,7 +866,9 @@ def job_confirm(request, pk):
     """GET: the preview of a frozen job selection. POST: confirm it with a reason, act (in the
     queue database its jobs are of)."""
     require(request.user, ACT_ON_JOB)
-    selection = JobSelection.objects.filter(pk=pk, operator=request.user).first()
+    selection = Selection.objects.filter(
+        pk=pk, kind=Selection.Kind.JOBS, operator=request.user
+    ).first()
     if selection is None:
         raise NotFound("selection", pk, "A selection is seen only by the operator who made it.")
     database = selection.database
@@ -884,7 +889,7 @@ def job_confirm(request, pk):
             form.add_error(None, str(exc))
         else:
             verb = "made due now" if selection.action == "run_now" else "cancelled"
-            skipped = len(selection.job_ids) - len(changed)
+            skipped = len(selection.ids) - len(changed)
             messages.success(
                 request,
                 f"{len(changed)} job{'s' if len(changed) != 1 else ''} {verb}"
@@ -895,7 +900,7 @@ def job_confirm(request, pk):
     back_filter = _backend_echo(backend) + list((selection.filter or {}).items())
     context = {
         "selection": selection,
-        "preview": jobs.preview(selection.job_ids, selection.action, using=database),
+        "preview": jobs.preview(selection.ids, selection.action, using=database),
         "form": form,
         "label": dict(JobActionForm.base_fields["action"].choices)[selection.action],
         "back": reverse("deadletters:jobs") + "?" + urlencode(back_filter),

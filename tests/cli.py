@@ -10,7 +10,7 @@ from unittest import mock
 from django.core.management import get_commands
 from django.db import connections
 
-from deadletters.models import JobSelection, ReplayItem, ReplayRun, Selection
+from deadletters.models import ReplayItem, ReplayRun, Selection
 from jobqueue.models import (
     AuditEntry,
     DeadLetter,
@@ -75,7 +75,6 @@ def row_counts() -> dict:
         ReplayItem,
         PausedQueue,
         AuditEntry,
-        JobSelection,
         Schedule,
         ScheduleRun,
         Workflow,

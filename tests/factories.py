@@ -122,7 +122,7 @@ class SelectionFactory(factory.django.DjangoModelFactory):
 
     operator = factory.SubFactory(UserFactory)
     action = "replay"
-    dead_letter_ids = factory.LazyFunction(list)
+    ids = factory.LazyFunction(list)
     created_at = factory.LazyFunction(timezone.now)
 
 
@@ -136,7 +136,7 @@ class ReplayRunFactory(factory.django.DjangoModelFactory):
     operator_name = factory.SelfAttribute("operator.username")
     reason = "receipt API fixed"
     batch_size = 100
-    requested = factory.LazyAttribute(lambda o: len(o.selection.dead_letter_ids))
+    requested = factory.LazyAttribute(lambda o: len(o.selection.ids))
     created_at = factory.LazyFunction(timezone.now)
     updated_at = factory.LazyFunction(timezone.now)
 

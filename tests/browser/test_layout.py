@@ -164,8 +164,8 @@ def console_pages(live_server, operator):
         task_path="shop.tasks.send_newsletter_to_every_subscriber_in_the_region",
         run_after=timezone.now() + timedelta(hours=3),
     )
-    job_selection = services.freeze_job_selection(
-        operator=operator, action="cancel", ids=[waiting.pk]
+    job_selection = services.freeze_selection(
+        kind="jobs", operator=operator, action="cancel", ids=[waiting.pk]
     )
     schedule_pages()
     workflow = workflow_page(letters)

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from deadletters.models import JobSelection
+from deadletters.models import Selection
 from jobqueue import store
 from jobqueue.models import Job, JobState
 from tests.audit import audited
@@ -207,7 +207,7 @@ def test_acting_on_b_needs_the_permission_and_the_csrf_token(two_backends, opera
         == 403
     )
     assert unchanged(there, B) and unchanged(here)
-    assert not JobSelection.objects.exists()
+    assert not Selection.objects.filter(kind="jobs").exists()
 
 
 def test_a_selection_of_bs_jobs_previews_and_acts_in_b(two_backends, client):
@@ -218,8 +218,8 @@ def test_a_selection_of_bs_jobs_previews_and_acts_in_b(two_backends, client):
         PREVIEW, {"action": "cancel", "select_all": "1", "queue": "mail", "backend": "b"}
     )
     assert response.status_code == 302
-    selection = JobSelection.objects.get()
-    assert sorted(selection.job_ids) == sorted([*(t.pk for _, t in pairs), started.pk])
+    selection = Selection.objects.get(kind="jobs")
+    assert sorted(selection.ids) == sorted([*(t.pk for _, t in pairs), started.pk])
     page = client.get(response["Location"])
     assert page.status_code == 200
     assert b"<strong>3</strong> of them are still waiting" in page.content
@@ -282,7 +282,11 @@ def test_a_hostile_backend_is_a_clean_refusal_never_a_server_error(
         PREVIEW, {"action": "cancel", "select_all": "1", "ids": [there.pk], "backend": value}
     )
     assert preview.status_code == 404
-    assert unchanged(here) and unchanged(there, B) and not JobSelection.objects.exists()
+    assert (
+        unchanged(here)
+        and unchanged(there, B)
+        and not Selection.objects.filter(kind="jobs").exists()
+    )
 
 
 def test_one_backend_looks_as_before(client):
@@ -294,6 +298,6 @@ def test_one_backend_looks_as_before(client):
     detail = client.get(job_url(here.pk))
     assert b'name="backend"' not in detail.content and b"backend=" not in detail.content
     response = client.post(PREVIEW, {"action": "cancel", "ids": [here.pk]})
-    assert JobSelection.objects.get().filter == {}
+    assert Selection.objects.get(kind="jobs").filter == {}
     client.post(response["Location"], {"reason": "x"})
     assert Job.objects.get(pk=here.pk).state == JobState.CANCELLED

@@ -255,7 +255,9 @@ class World:
             preview = services.freeze_selection(operator=user, action="discard", ids=ids[:1])
             self.rows["selection"] += [selection.pk, preview.pk]
             self.rows["run"].append(run.pk)
-            jobs = services.freeze_job_selection(operator=user, action="cancel", ids=waiting)
+            jobs = services.freeze_selection(
+                operator=user, kind="jobs", action="cancel", ids=waiting
+            )
             self.rows["jobs"].append(jobs.pk)
 
     def resolve(self, pairs, draw_row):
@@ -424,7 +426,7 @@ def test_thousands_of_ids_are_refused_or_frozen_never_a_server_error(world, coun
     if refused("POST", response):
         assert snapshot() == before
     else:
-        assert Selection.objects.latest("pk").dead_letter_ids[0] == letters[0]
+        assert Selection.objects.latest("pk").ids[0] == letters[0]
     assert ReplayRun.objects.count() == 2
 
 
@@ -477,5 +479,5 @@ def test_a_write_with_hostile_fields_writes_exactly_what_was_ticked_or_nothing(w
         if fields.get("select_all") != "1":
             # Hand-picked: exactly the ids submitted, nothing carried in from elsewhere.
             ticked = [int(v) for k, v in body if k == "ids"]
-            assert frozen.dead_letter_ids == list(dict.fromkeys(ticked))
+            assert frozen.ids == list(dict.fromkeys(ticked))
             assert frozen.filter == {}

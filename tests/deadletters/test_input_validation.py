@@ -156,7 +156,7 @@ def test_an_id_that_is_not_a_row_id_refuses_the_whole_preview(operator_client, b
 def test_the_largest_bigint_is_an_id_and_previews_as_missing(operator_client):
     response = operator_client.post(PREVIEW, {"action": "replay", "ids": [str(MAX_ID)]})
     selection = Selection.objects.get()
-    assert selection.dead_letter_ids == [MAX_ID]
+    assert selection.ids == [MAX_ID]
     page = operator_client.get(response["Location"])
     assert page.status_code == 200
     assert operator_client.post(response["Location"], {"reason": "x"}).status_code == 302
@@ -219,7 +219,7 @@ def test_ids_in_the_list_url_never_join_the_ticked_selection(operator_client):
     assert ("ids", str(ticked.pk)) in inputs.checkboxes
     assert [name for name, _ in inputs.hidden] == ["job_type", "back"]
     post_pairs(operator_client, PREVIEW, [*inputs.hidden, ("ids", ticked.pk), ("action", "replay")])
-    assert Selection.objects.get().dead_letter_ids == [ticked.pk]
+    assert Selection.objects.get().ids == [ticked.pk]
 
 
 def test_select_all_cannot_be_injected_through_the_list_url(operator_client):
@@ -233,7 +233,7 @@ def test_select_all_cannot_be_injected_through_the_list_url(operator_client):
     assert hrefs and not any(key in href for href in hrefs for key in ("select_all", "ids=", "x=1"))
     post_pairs(operator_client, PREVIEW, [*inputs.hidden, ("ids", ticked.pk), ("action", "replay")])
     selection = Selection.objects.get()
-    assert selection.dead_letter_ids == [ticked.pk] and selection.filter == {}
+    assert selection.ids == [ticked.pk] and selection.filter == {}
 
 
 def test_only_valid_filters_are_echoed_in_their_cleaned_form(operator_client, settings):

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from deadletters.models import JobSelection
+from deadletters.models import Selection
 from jobqueue.models import Job, JobState
 from tests.audit import audited
 from tests.factories import JobFactory
@@ -70,9 +70,9 @@ def test_bulk_cancel_freezes_the_selection_previews_and_acts_once(operator_clien
         f"{JOBS}preview/",
         {"action": "cancel", "select_all": "1", "queue": "mail", "ids": [1]},
     )
-    selection = JobSelection.objects.get()
+    selection = Selection.objects.get(kind="jobs")
     assert response.status_code == 302 and response["Location"].endswith(f"{selection.pk}/")
-    assert sorted(selection.job_ids) == sorted([*waiting, started])
+    assert sorted(selection.ids) == sorted([*waiting, started])
     JobFactory(queue_name="mail", run_after=later())  # arrives after the preview: not included
     page = operator_client.get(response["Location"])
     assert (
@@ -98,7 +98,7 @@ def test_bulk_cancel_freezes_the_selection_previews_and_acts_once(operator_clien
 def test_a_selection_of_ticked_rows_and_bad_input(operator_client):
     a, b = JobFactory(run_after=later()), JobFactory(run_after=later())
     operator_client.post(f"{JOBS}preview/", {"action": "run_now", "ids": [a.pk]})
-    assert JobSelection.objects.get().job_ids == [a.pk]
+    assert Selection.objects.get(kind="jobs").ids == [a.pk]
     for data in (
         {"action": "run_now"},
         {"action": "run_now", "ids": ["x"]},
@@ -109,4 +109,4 @@ def test_a_selection_of_ticked_rows_and_bad_input(operator_client):
         body = response.content
         assert response.status_code == 200
         assert b"Refused" in body or b"Select at least one job" in body, data
-    assert JobSelection.objects.count() == 1
+    assert Selection.objects.filter(kind="jobs").count() == 1

@@ -316,7 +316,7 @@ def test_select_all_of_bs_filter_freezes_bs_letters(two_backends, client):
     )
     assert response.status_code == 302
     selection = Selection.objects.get()
-    assert selection.database == B and len(selection.dead_letter_ids) == 3
+    assert selection.database == B and len(selection.ids) == 3
     assert selection.filter["backend"] == "b"
 
 

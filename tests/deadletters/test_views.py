@@ -72,7 +72,7 @@ def test_viewer_post_is_forbidden_and_changes_nothing(viewer_client, operator):
     selection = Selection.objects.create(
         operator=operator,
         action="replay",
-        dead_letter_ids=[letter.pk],
+        ids=[letter.pk],
         created_at=letter.dead_lettered_at,
     )
     confirm = reverse("deadletters:confirm", args=[selection.pk])
@@ -224,7 +224,7 @@ def test_select_all_matching_freezes_the_filter_result(operator_client):
     )
     selection = Selection.objects.get()
     assert response["Location"] == reverse("deadletters:confirm", args=[selection.pk])
-    assert sorted(selection.dead_letter_ids) == sorted(dl.pk for dl in matching)
+    assert sorted(selection.ids) == sorted(dl.pk for dl in matching)
     assert selection.filter == {"job_type": "t", "error_class": "E", "order": "newest"}
     operator_client.post(response["Location"], {"reason": "duplicates of order 17"})
     assert DeadLetter.objects.filter(state="discarded").count() == 3

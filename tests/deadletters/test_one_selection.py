@@ -1,0 +1,76 @@
+"""One frozen selection (deadletters.Selection) for dead letters and queued jobs: each kind is
+confirmed only by its own flow, and the jobs selections of before move in."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from deadletters import services
+from deadletters.models import ReplayRun, Selection
+from jobqueue.models import Job, JobState
+from tests.deadletters.conftest import user_with_role
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_selection_is_confirmed_only_by_the_flow_of_its_kind(client):
+    operator = user_with_role("operator", "olga")
+    job = JobFactory(run_after=timezone.now() + timedelta(hours=1))
+    letter = DeadLetterFactory()
+    jobs = services.freeze_selection(operator=operator, kind="jobs", action="cancel", ids=[job.pk])
+    letters = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+
+    with pytest.raises(services.RefusedError, match="of jobs, not dead letters"):
+        services.start_run(operator=operator, selection=jobs, reason="wrong flow")
+    with pytest.raises(services.RefusedError, match="of dead letters, not jobs"):
+        services.apply_job_selection(letters, reason="wrong flow")
+    assert not ReplayRun.objects.exists()
+    assert Job.objects.get(pk=job.pk).state == JobState.READY
+
+    client.force_login(operator)
+    # Each confirmation page finds only a selection of its own kind.
+    assert client.get(f"/deadletters/selections/{jobs.pk}/").status_code == 404
+    assert client.get(f"/deadletters/jobs/selections/{letters.pk}/").status_code == 404
+    assert client.get(f"/deadletters/jobs/selections/{jobs.pk}/").status_code == 200
+    assert services.apply_job_selection(jobs, reason="campaign off") == [job.pk]
+    assert Selection.objects.get(pk=jobs.pk).applied_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_every_jobs_selection_in():
+    before = [("deadletters", "0014_run_events_in_the_audit_log")]
+    MigrationExecutor(connection).migrate(before)
+    apps = MigrationExecutor(connection).loader.project_state(before).apps
+    at = timezone.now().replace(microsecond=0)
+    user = apps.get_model("auth", "User").objects.create(username="sel")
+    apps.get_model("deadletters", "Selection").objects.create(
+        operator=user, action="discard", dead_letter_ids=[4, 5], created_at=at
+    )
+    apps.get_model("deadletters", "JobSelection").objects.create(
+        operator=user,
+        action="cancel",
+        job_ids=[7, 8, 9],
+        database="default",
+        filter={"task": "shop.mail"},
+        created_at=at,
+        applied_at=at,
+        reason="campaign off",
+        changed=2,
+    )
+    try:
+        call_command("migrate", verbosity=0)
+    finally:
+        call_command("migrate", verbosity=0)
+    rows = [
+        (s.kind, s.action, s.ids, s.filter, s.reason, s.changed, s.applied_at is not None)
+        for s in Selection.objects.order_by("id")
+    ]
+    assert rows == [
+        ("letters", "discard", [4, 5], {}, "", 0, False),
+        ("jobs", "cancel", [7, 8, 9], {"task": "shop.mail"}, "campaign off", 2, True),
+    ]
