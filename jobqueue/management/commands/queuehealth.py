@@ -123,8 +123,7 @@ class Command(cli.Command):
                         for queue_db, _, crossed in reports
                         for line in crossed
                     ],
-                },
-                default=str,
+                }
             )
         )
 
