@@ -8,7 +8,6 @@ import pytest
 # body are still synchronous and safe here.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
 
 
@@ -43,22 +42,34 @@ def page(browser):
 
 
 @pytest.fixture
-def screenshot(page):
-    ARTIFACTS.mkdir(exist_ok=True)
+def screenshot_dir(tmp_path) -> Path:
+    """Where a test's pictures go: its temporary directory, or REDRIVE_SCREENSHOT_DIR when set
+    (to keep them, e.g. as CI artifacts). Never the checkout: a test run leaves it clean."""
+    chosen = os.environ.get("REDRIVE_SCREENSHOT_DIR")
+    if not chosen:
+        return tmp_path
+    Path(chosen).mkdir(parents=True, exist_ok=True)
+    return Path(chosen)
 
+
+@pytest.fixture
+def screenshot(page, screenshot_dir):
     def take(name):
-        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        page.screenshot(path=str(screenshot_dir / f"{name}.png"), full_page=True)
 
     return take
 
 
 @pytest.fixture
-def readme_screenshot(page):
-    """The README's pictures (docs/NAME.png), taken of the page a test has just checked, so
-    they show the console as it is (tests/test_docs.py checks each has a test writing it)."""
+def readme_screenshot(page, screenshot_dir):
+    """The README's pictures, taken of the page a test has just checked, so they show the
+    console as it is (tests/test_docs.py checks each has a test taking it). They rewrite
+    docs/NAME.png only when asked (REDRIVE_UPDATE_SCREENSHOTS=1); otherwise they go with the
+    test's other pictures."""
+    target = DOCS if os.environ.get("REDRIVE_UPDATE_SCREENSHOTS") == "1" else screenshot_dir
 
     def take(name):
-        page.screenshot(path=str(DOCS / f"{name}.png"))
+        page.screenshot(path=str(target / f"{name}.png"))
 
     return take
 

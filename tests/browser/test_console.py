@@ -43,7 +43,7 @@ def test_operator_filters_selects_replays_and_finds_the_audit_entry(
     expect(page.locator("#groups svg.spark").first).to_be_visible()
     screenshot("overview")
 
-    page.click("text=Dead letters")
+    page.get_by_role("navigation").get_by_role("link", name="Dead letters", exact=True).click()
     page.fill('input[name="job_type"]', "shop.send_receipt")
     page.click('form.filters button[type="submit"]')
     expect(page).to_have_url(re.compile(r"job_type=shop.send_receipt"))
@@ -57,20 +57,20 @@ def test_operator_filters_selects_replays_and_finds_the_audit_entry(
     for letter in newest_two:
         page.check(f'input[name="ids"][value="{letter.pk}"]')
     page.click('button[value="replay"]')
-    expect(page.locator("h1")).to_contain_text("Replay 2 dead letters?")
+    expect(page.locator("h1")).to_have_text("Replay 2 dead letters?")
     expect(page.locator(".will-act")).to_have_text("2")
     page.fill('textarea[name="reason"]', "receipt API is back")
-    page.click("text=Confirm replay")
+    page.get_by_role("button", name="Confirm replay", exact=True).click()
 
     expect(page).to_have_url(re.compile(r"/deadletters/runs/\d+/"))
     progress = page.locator("#progress")
     expect(progress).to_contain_text("Finished")
     expect(progress.locator(".processed")).to_have_text("2")
     expect(progress.locator(".done")).to_have_text("2")
-    page.click("text=See the audit log")
+    page.get_by_role("link", name="See the audit log", exact=True).click()
     entry = page.locator("table.audit tbody tr").first
-    expect(entry).to_contain_text("receipt API is back")
-    expect(entry).to_contain_text("operator")
+    expect(entry.locator("td.reason")).to_have_text("receipt API is back")
+    expect(entry.locator("td").nth(2)).to_have_text("operator")  # the Operator column
     assert set(DeadLetter.objects.filter(state="replaying").values_list("pk", flat=True)) == {
         dl.pk for dl in newest_two
     }
@@ -96,7 +96,7 @@ def test_background_run_shows_live_progress(page, live_server, settings):
         expect(page.locator(f'input[name="ids"][value="{letter.pk}"]')).to_be_checked()
     page.click('button[value="replay"]')
     page.fill('textarea[name="reason"]', "batch replay")
-    page.click("text=Confirm replay")
+    page.get_by_role("button", name="Confirm replay", exact=True).click()
     progress = page.locator("#progress")
     expect(progress).to_contain_text("Queued")
     run = ReplayRun.objects.get()
@@ -106,9 +106,9 @@ def test_background_run_shows_live_progress(page, live_server, settings):
     services.process_batch(run.pk, generation=run.generation)
     expect(progress.locator(".processed")).to_have_text("2")
     expect(progress).to_contain_text("Running")
-    progress.locator("text=Pause").click()
+    progress.get_by_role("button", name="Pause", exact=True).click()
     expect(progress).to_contain_text("Paused")
-    progress.locator("text=Resume").click()
+    progress.get_by_role("button", name="Resume", exact=True).click()
     expect(progress).to_contain_text("Running")
     services.carry_out(run.pk, run.generation + 1)
     expect(progress).to_contain_text("Finished")
@@ -126,7 +126,7 @@ def test_run_page_ledger_follows_progress_and_settles_after_the_run(page, live_s
     page.check(".select-page")
     page.click('button[value="replay"]')
     page.fill('textarea[name="reason"]', "ledger check")
-    page.click("text=Confirm replay")
+    page.get_by_role("button", name="Confirm replay", exact=True).click()
     ledger = page.locator("table.ledger tbody tr")
     expect(ledger).to_have_text(["Nothing processed yet."])
     run = ReplayRun.objects.get()
@@ -153,7 +153,7 @@ def test_viewer_sees_no_replay_button(page, live_server):
     expect(page.locator('button[value="replay"]')).to_have_count(0)
     expect(page.locator('input[name="ids"]')).to_have_count(0)
     page.goto(f"{live_server.url}/deadletters/{letter.pk}/")
-    expect(page.locator("h1")).to_contain_text(f"#{letter.pk}")
+    expect(page.locator("h1")).to_have_text(re.compile(rf"^Dead letter #{letter.pk} "))
     expect(page.locator('button[value="replay"]')).to_have_count(0)
 
 

@@ -34,9 +34,9 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
     DeadLetterFactory(task_path="shop.send_receipt")
     login(page, live_server, "operator")
 
-    page.click("nav >> text=Jobs")
+    page.get_by_role("navigation").get_by_role("link", name="Jobs", exact=True).click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(6)
-    page.click(".state-tabs >> text=Scheduled")
+    page.locator('.state-tabs a[href$="state=scheduled"]').click()
     expect(page).to_have_url(re.compile(r"state=scheduled"))
     rows = page.locator("table.jobs tbody tr")
     expect(rows).to_have_count(3)
@@ -45,10 +45,10 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
     for job in newsletters[:2]:
         page.check(f'input[name="ids"][value="{job.pk}"]')
     page.click('button[value="cancel"]')
-    expect(page.locator("h1")).to_contain_text("Cancel: 2 jobs")
+    expect(page.locator("h1")).to_have_text("Cancel: 2 jobs")
     page.fill('textarea[name="reason"]', "campaign called off")
     page.click("form.confirm button[type=submit]")
-    expect(page.locator(".messages")).to_contain_text("2 jobs cancelled")
+    expect(page.locator(".messages li")).to_have_text("2 jobs cancelled.")
     screenshot("jobs-cancelled")
     states = dict(Job.objects.filter(pk__in=[j.pk for j in newsletters]).values_list("pk", "state"))
     assert [states[j.pk] for j in newsletters] == [
@@ -62,10 +62,10 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
     expect(page.locator("#history + ul")).to_contain_text("campaign called off")
     expect(page.locator("pre.payload")).not_to_contain_text("sk-live-123")
 
-    page.click("nav >> text=Health")
+    page.get_by_role("navigation").get_by_role("link", name="Health", exact=True).click()
     page.fill('#queue-control input[name="queue"]', "mail")
     page.fill('#queue-control input[name="reason"]', "SMTP provider down")
     page.click('#queue-control button[value="pause"]')
-    expect(page.locator(".messages")).to_contain_text("Queue mail paused.")
+    expect(page.locator(".messages li")).to_have_text("Queue mail paused.")
     expect(page.locator(".paused-queues")).to_contain_text("SMTP provider down")
     assert PausedQueue.objects.get().paused_by == "operator"

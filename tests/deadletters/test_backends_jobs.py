@@ -118,7 +118,7 @@ def test_filters_and_pages_of_backend_b_stay_on_b(two_backends, client, settings
     first = client.get(JOBS, {"backend": "b", "queue": "mail"})
     assert ids(first) == made[:0:-1]
     nxt = first.context["page"].next_cursor
-    assert f"?backend=b&amp;queue=mail&amp;after={nxt}".encode() in first.content
+    assert f'?backend=b&amp;queue=mail&amp;after={nxt}"'.encode() in first.content
     second = client.get(JOBS, {"backend": "b", "queue": "mail", "after": nxt})
     assert ids(second) == [made[0]]
     due = client.get(JOBS, {"backend": "b", "state": "ready", "queue": "other"})

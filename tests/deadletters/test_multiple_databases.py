@@ -106,7 +106,7 @@ def test_the_list_of_backend_b_reads_its_database_only(two_backends, client):
     assert sorted(r.pk for r in rows) == sorted(letter.pk for letter in theirs)
     assert all(r._state.db == B for r in rows)
     # Each row's link names its backend; the Backend filter is shown; default's count beside.
-    assert f'{theirs[0].pk}/?backend=b"'.encode() in page.content
+    assert f'href="/deadletters/{theirs[0].pk}/?backend=b"'.encode() in page.content
     assert b'<select name="backend"' in page.content
     assert b'data-backend="default"' in page.content
     assert [(o.name, n) for o, n in page.context["other_backends"]] == [("default", len(mine))]

@@ -135,4 +135,4 @@ def test_the_ledger_names_what_a_replay_made_through_its_source(workflow, operat
     page = operator_client.get(f"/deadletters/runs/{run.pk}/").content.decode()
     assert f'Workflow reference <code class="external-id">wf-{letters[0].pk}</code>' in page
     detail = operator_client.get(f"/deadletters/{letters[0].pk}/").content.decode()
-    assert f"→ Workflow reference wf-{letters[0].pk}" in detail
+    assert f"→ Workflow reference wf-{letters[0].pk} (" in detail

@@ -1,6 +1,7 @@
 """`manage.py demo` end to end: real workers produce dead letters the console shows; Ctrl-C
 stops everything; `--fresh` starts from zero."""
 
+import contextlib
 import http.cookiejar
 import os
 import re
@@ -12,6 +13,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from demo.management.commands.demo import die_with_parent
 from tests.conftest import BASE_DIR, wait_until
 
 
@@ -22,8 +26,12 @@ def free_port() -> int:
 
 
 class Demo:
-    def __init__(self, var_dir: Path, *args):
+    """`manage.py demo` in a session of its own (so its whole process tree can be killed), with
+    the death signal set: if pytest itself dies (a timeout's os._exit), the demo stops too."""
+
+    def __init__(self, var_dir: Path, *args, sigint_ignored=False):
         self.port = free_port()
+        self.var_dir = var_dir
         # A fresh machine: no database URL, no SECRET_KEY (the demo makes its own under var/).
         env = self.env = {
             k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY")
@@ -35,6 +43,14 @@ class Demo:
             DEMO_FLAKY_RATE="0",
             PYTHONUNBUFFERED="1",
         )
+        die = die_with_parent()
+
+        def preexec():
+            if die is not None:
+                die()
+            if sigint_ignored:  # as a shell's background launch (`manage.py demo &`) does
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
         self.out = var_dir / f"demo-{self.port}.out"
         with open(self.out, "w") as out:
             self.proc = subprocess.Popen(
@@ -54,15 +70,64 @@ class Demo:
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=preexec,
             )
+
+    def wait_started(self):
         wait_until(lambda: "Ctrl-C stops" in self.output(), timeout=60, message="demo start")
 
     def output(self) -> str:
         return self.out.read_text()
 
+    def workers_log(self) -> str:
+        return (self.var_dir / "demo-workers.log").read_text()
+
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(timeout=60)
+
+    def left_running(self) -> list[int]:
+        return processes_with(self.var_dir)
+
+    def kill_tree(self):
+        """Teardown, whatever the test did: SIGKILL to the demo's process group, then to
+        anything its children left (found by the var dir in their environment)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        # Its children get SIGTERM from the kernel when it dies; a short drain, then no mercy.
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not self.left_running(), timeout=30, message="children exit")
+        for pid in self.left_running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def demos(var_dir: Path):
+    """Start demos with `start(*args)`; every one started is killed with its whole process
+    tree on the way out, passed, failed or timed out (pytest-timeout's signal method fails
+    the test in place, so fixture finalizers run)."""
+    started = []
+
+    def start(*args, **options):
+        demo = Demo(var_dir, *args, **options)
+        started.append(demo)  # before waiting: a demo that never starts is killed too
+        demo.wait_started()
+        return demo
+
+    try:
+        yield start
+    finally:
+        for demo in started:
+            demo.kill_tree()
+
+
+@pytest.fixture
+def start_demo(tmp_path):
+    with demos(tmp_path) as start:
+        yield start
 
 
 def logged_in_opener(base: str, username: str, password: str):
@@ -78,21 +143,23 @@ def logged_in_opener(base: str, username: str, password: str):
     return opener
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids whose environment carries `marker` (our var dir): what the demo left running."""
+def processes_with(var_dir: Path) -> list[int]:
+    """Pids whose environment names `var_dir` as theirs: what a demo left running (zombies,
+    whose environment is gone, are not running)."""
+    entry = f"REDRIVE_VAR_DIR={var_dir}".encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if marker.encode() in (proc / "environ").read_bytes():
+                if entry in (proc / "environ").read_bytes().split(b"\0"):
                     pids.append(int(proc.name))
             except OSError:
                 continue
     return pids
 
 
-def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
-    demo = Demo(tmp_path, "--outage", "600", "--fresh")
+def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path, start_demo):
+    demo = start_demo("--outage", "600", "--fresh")
     try:
         assert "operator / demo-pass-1" in demo.output()
         base = f"http://127.0.0.1:{demo.port}"
@@ -117,18 +184,18 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
     assert workers_log.count("event=worker_stopped") == 2
     # ...as many as the start-up line says (the qcluster beside them is named, not counted).
     assert "workers:   2 x runworker + qcluster" in demo.output()
-    assert processes_with(str(tmp_path)) == []
+    assert demo.left_running() == []
     key_file = tmp_path / "secret_key"
     assert key_file.stat().st_mode & 0o777 == 0o600
     key = key_file.read_text()
     assert len(key.strip()) >= 50
 
-    again = Demo(tmp_path, "--outage", "0", "--fresh")
+    again = start_demo("--outage", "0", "--fresh")
     try:
         assert "payments:  4 seeded now, 4 in all" in again.output()
     finally:
         assert again.stop() == 0
-    rerun = Demo(tmp_path, "--outage", "0")
+    rerun = start_demo("--outage", "0")
     try:
         assert "payments:  0 seeded now, 4 in all" in rerun.output()  # reuses the data
     finally:
@@ -136,10 +203,12 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path):
     assert key_file.read_text() == key  # made once, kept (--fresh empties only the database)
 
 
-def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receipt_once(tmp_path):
+def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receipt_once(
+    tmp_path, start_demo
+):
     """The README's walk-through through the running demo: receipts die during a short outage,
     the operator replays them from the console after it, and each payment gets one receipt."""
-    demo = Demo(tmp_path, "--outage", "8", "--fresh")
+    demo = start_demo("--outage", "8", "--fresh")
     base = f"http://127.0.0.1:{demo.port}"
     receipts = "demo.tasks.send_receipt"
     try:
@@ -187,9 +256,58 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
         wait_until(lambda: len(delivered()) == 4, timeout=60, message="four receipts")
         assert len(set(delivered())) == 4
         audit = opener.open(f"{base}/deadletters/audit/").read().decode()
-        assert "receipt service is back" in audit and "operator" in audit
+        # The run's row, by its reason; its Operator cell (every page names who is logged in).
+        row = re.search(r"<tr>((?!</tr>).)*>receipt service is back<.*?</tr>", audit, re.S)
+        assert row and "<td>operator</td>" in row.group(0), audit
     finally:
         assert demo.stop() == 0
+
+
+def started_tree(demo: Demo) -> set[int]:
+    """The demo's children and theirs, once both workers (their signal handlers installed) and
+    the qcluster's own processes are up."""
+    wait_until(
+        lambda: (
+            demo.workers_log().count("event=worker_started") == 2
+            and re.search(r"Q Cluster .* running\.", demo.workers_log())
+        ),
+        timeout=60,
+        message="both workers and the qcluster running",
+    )
+    tree = set(demo.left_running()) - {demo.proc.pid}
+    # Two workers, the qcluster, and at least its sentinel and pool.
+    assert len(tree) >= 5, tree
+    return tree
+
+
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda signum: signum.name)
+def test_a_signal_stops_the_demo_and_all_it_started_even_when_sigint_was_ignored(
+    start_demo, signum
+):
+    # Started as `manage.py demo &` starts it: SIGINT ignored. `kill -INT` did nothing then.
+    demo = start_demo("--outage", "0", "--fresh", sigint_ignored=True)
+    tree = started_tree(demo)
+    demo.proc.send_signal(signum)
+    assert demo.proc.wait(timeout=60) == 0, demo.output()
+    assert "Stopped." in demo.output()
+    assert demo.left_running() == [], tree
+    assert demo.workers_log().count("event=worker_stopped") == 2  # drained, not killed
+
+
+def test_the_demo_killed_by_sigkill_takes_its_workers_and_qcluster_with_it(start_demo):
+    demo = start_demo("--outage", "0", "--fresh")
+    tree = started_tree(demo)
+    os.kill(demo.proc.pid, signal.SIGKILL)  # the demo alone: no handler of its own runs
+    assert demo.proc.wait(timeout=10) == -signal.SIGKILL
+    wait_until(
+        lambda: not demo.left_running(),
+        timeout=60,
+        message=f"the killed demo's processes {sorted(tree)} to exit",
+    )
+    assert demo.workers_log().count("event=worker_stopped") == 2  # told to stop: they drained
 
 
 def test_demo_refuses_to_empty_a_server_database_and_a_bad_rate(tmp_path):

@@ -211,7 +211,7 @@ def test_catches_exception(run_worker, tasks_log, task, exception, message):
     # Django's log receiver wrote its ERROR line with the task's traceback, although the
     # settings set django.tasks to WARNING.
     [line] = tasks_log.at(logging.ERROR)
-    assert f"id={result.id}" in line.getMessage() and "state=FAILED" in line.getMessage()
+    assert {f"id={result.id}", "state=FAILED"} <= set(line.getMessage().split())
     assert line.exc_info[0] is exception and str(line.exc_info[1]) == message
 
 

@@ -228,7 +228,8 @@ def test_final_attempt_crash_becomes_a_dead_letter_after_the_lease_expires(
     with django_capture_on_commit_callbacks(execute=True):
         assert claim(at(1)) == []  # the sweep in this claim retires it
     [line] = [r.getMessage() for r in caplog.records if r.name == "jobqueue.sweep"]
-    assert f"event=lease_expired job_id={job.pk}" in line and "worker=w1 outcome=dead" in line
+    assert line.split()[:2] == ["event=lease_expired", f"job_id={job.pk}"]
+    assert "worker=w1 outcome=dead" in line
     letter = DeadLetter.objects.get()
     assert letter.error_class == "jobqueue.errors.LeaseExpired"
     assert "w1" in letter.last_error

@@ -56,10 +56,12 @@ def test_list_newest_first_with_state_filter_limit_and_json(sink):
 
     lines = run("workflows", "list").out.splitlines()
     assert [int(line.split()[0]) for line in lines] == [int(done.id), waiting, int(dead.id)]
-    row = next(line for line in lines if int(line.split()[0]) == waiting)
-    assert "waiting" in row and "tests.workflow_tasks.waiter" in row
-    assert "step='wait:go'" in row and "waiting_for='go' until=" in row and f"job={waiting}" in row
-    assert "step='second'" in next(line for line in lines if "dead" in line)
+    # Field by field: "waiting" alone is in waiting_for=, and job=1 in job=12.
+    row = next(line.split() for line in lines if int(line.split()[0]) == waiting)
+    assert row[1:4] == ["waiting", "tests.workflow_tasks.waiter", "step='wait:go'"]
+    assert row[4] == "waiting_for='go'" and row[5].startswith("until=")
+    assert row[6:] == [f"job={waiting}"]
+    assert "step='second'" in next(line.split() for line in lines if line.split()[1] == "dead")
 
     listed = [json.loads(line) for line in run("workflows", "list", "--json").out.splitlines()]
     assert [r["id"] for r in listed] == [int(done.id), waiting, int(dead.id)]

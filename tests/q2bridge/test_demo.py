@@ -4,16 +4,22 @@ the console, and nothing left running after Ctrl-C."""
 import pytest
 
 from tests.conftest import wait_until
-from tests.demo.test_demo_command import Demo, logged_in_opener, processes_with
+from tests.demo.test_demo_command import demos, logged_in_opener
 
 pytestmark = pytest.mark.slow
 
 
-def test_demo_shows_django_q2_dead_letters_and_stops_its_cluster(tmp_path, monkeypatch):
+@pytest.fixture
+def start_demo(tmp_path):
+    with demos(tmp_path) as start:
+        yield start
+
+
+def test_demo_shows_django_q2_dead_letters_and_stops_its_cluster(tmp_path, monkeypatch, start_demo):
     monkeypatch.setenv("REDRIVE_SOURCES", "jobqueue,django_q2")
     monkeypatch.setenv("REDRIVE_Q_RETRY", "2")
     monkeypatch.setenv("REDRIVE_Q_TIMEOUT", "1")
-    demo = Demo(tmp_path, "--outage", "600", "--fresh")
+    demo = start_demo("--outage", "600", "--fresh")
     try:
         assert "+ qcluster (django-q2 bridge on)" in demo.output()
         base = f"http://127.0.0.1:{demo.port}"
@@ -31,4 +37,4 @@ def test_demo_shows_django_q2_dead_letters_and_stops_its_cluster(tmp_path, monke
         code = demo.stop()
     assert code == 0, demo.output()
     assert "Q Cluster" in (tmp_path / "demo-workers.log").read_text()
-    assert processes_with(str(tmp_path)) == []
+    assert demo.left_running() == []

@@ -1,5 +1,7 @@
 """`manage.py demo`: the Field Notes scenario with real workers, the console and an outage."""
 
+import contextlib
+import ctypes
 import io
 import os
 import secrets
@@ -8,6 +10,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -25,6 +28,44 @@ from demo import onboarding, services
 from demo.models import Payment
 
 ACCOUNTS = (("operator", "operator"), ("viewer", "viewer"))
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+STOP_GRACE = 20.0  # seconds the children get to drain before they are killed
+
+
+def stop_on_signals():
+    """Ctrl-C, a process manager's SIGTERM and a closed terminal's SIGHUP each stop the demo
+    (KeyboardInterrupt in the main thread), installed explicitly: a shell's background launch
+    (`manage.py demo &`) starts us with SIGINT ignored, and Python leaves an ignored SIGINT
+    ignored, so `kill -INT` did nothing. A SIGHUP ignored at start (nohup) stays ignored: that
+    is what nohup asks for."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        signal.signal(signum, signal.default_int_handler)
+
+
+def die_with_parent():
+    """A child's preexec_fn: on Linux, the child gets SIGTERM when its parent (the demo) dies,
+    however it dies. SIGKILL runs none of the demo's code, and a child in a session of its own
+    (so that a terminal's Ctrl-C reaches only the demo) would otherwise work on alone. SIGTERM
+    rather than SIGKILL: a worker drains and gives back its leases, and the qcluster stops the
+    processes it forked itself (its sentinel, pusher, monitor and pool: the death signal is not
+    inherited, and they do not watch their parent). The kernel sends it when the *thread* that
+    started the child ends: the demo starts its children from its main thread, which lives as
+    long as it does. None where prctl is missing (not Linux): there the demo's own stop is all.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):
+        return None
+    parent = os.getpid()
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the death signal was set
+            os._exit(1)
+
+    return preexec
 
 
 class Command(BaseCommand):
@@ -87,11 +128,10 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc}") from exc
         server.set_app(StaticFilesHandler(get_wsgi_application()))
-        # A process manager's SIGTERM stops the demo the same way as Ctrl-C.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
         log_path = Path(settings.VAR_DIR) / "demo-workers.log"
         workers: list[subprocess.Popen] = []
         try:
+            stop_on_signals()
             # The outage is on record before any worker can take a receipt.
             outage = services.start_outage("receipts", opts["outage"]) if opts["outage"] else None
             self.start_workers(workers, opts["workers"], log_path)
@@ -103,8 +143,10 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            server.server_close()
-            self.stop_workers(workers)
+            try:
+                server.server_close()
+            finally:
+                self.stop_workers(workers)
 
     def use_own_secret_key(self):
         """Without SECRET_KEY in the environment, the demo's own: random, made once, kept in
@@ -209,6 +251,7 @@ class Command(BaseCommand):
                     stderr=subprocess.STDOUT,
                     # Own session: a terminal's Ctrl-C reaches only us; one SIGTERM stops them.
                     start_new_session=True,
+                    preexec_fn=die_with_parent(),
                 )
             )
 
@@ -226,6 +269,7 @@ class Command(BaseCommand):
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         )
 
@@ -243,23 +287,29 @@ class Command(BaseCommand):
         )
 
     def stop_workers(self, workers):
-        self.stdout.write("Stopping: draining workers...")
-        for proc in workers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        """SIGTERM to each child, STOP_GRACE seconds to drain (a second Ctrl-C cuts it short),
+        then SIGKILL to each child's process group: it takes whatever a child left behind
+        (the qcluster's own processes share its group), so nothing outlives the demo."""
         try:
-            for proc in workers:
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        except KeyboardInterrupt:
-            # A second Ctrl-C: no more waiting, but no process left behind either.
+            self.stdout.write("Stopping: draining workers...")
             for proc in workers:
                 if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE
+            for proc in workers:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            pass  # a second signal: no more waiting, but no process left behind either
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)  # the last sweep is short: let it finish
+            for proc in workers:
+                # Its session's group (pgid == pid); gone once the child and all it started
+                # have exited.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         self.stdout.write("Stopped.")
 
     def outage_over(self):
