@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.models import Job, JobState
+from jobqueue.models import AuditEntry, Job, JobState
 from tests.audit import audited
 from tests.factories import JobFactory
 
@@ -135,3 +135,37 @@ def test_prune_walks_many_chunks_and_clears_every_link_to_a_pruned_job(monkeypat
     letter.refresh_from_db()
     assert (edit.job_id, schedule.last_job_id, letter.replay_job_id) == (None, None, None)
     assert letter.job_id is not None  # its own dead job stays
+
+
+def test_the_jobs_command_runs_now_and_cancels_as_the_console_does_audited_as_cli():
+    from deadletters.roles import assign
+    from tests.cli import row_counts, run
+    from tests.factories import UserFactory
+
+    assign(UserFactory(username="ops"), "operator")
+    UserFactory(username="nobody")
+    later = timezone.now() + timedelta(hours=1)
+    waiting, other = JobFactory(run_after=later), JobFactory(run_after=later)
+    running = JobFactory(running=True)
+    before = row_counts()
+    refused = run("jobs", "cancel", str(waiting.pk), "--operator", "nobody", "--reason", "r")
+    assert refused.refused_cleanly and "lacks jobqueue.act_on_job" in refused.err
+    assert run("jobs", "cancel", "0", "--operator", "ops", "--reason", "r").refused_cleanly
+    assert row_counts() == before
+
+    done = run(
+        "jobs", "cancel", str(waiting.pk), str(running.pk), "--operator", "ops", "--reason", "off"
+    )
+    assert done.code == 0 and done.out.strip() == (
+        "1 job cancelled; 1 left alone (started, finished, gone or not waiting)"
+    )
+    moved = run("jobs", "run-now", str(other.pk), "--operator", "ops", "--reason", "vip")
+    assert moved.code == 0 and moved.out.strip() == "1 job made due now"
+    assert Job.objects.get(pk=waiting.pk).state == JobState.CANCELLED
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+    assert Job.objects.get(pk=other.pk).run_after <= timezone.now()
+    entries = [(e.action, e.targets, e.channel) for e in AuditEntry.objects.order_by("seq")]
+    assert entries == [
+        ("job.cancel", [str(waiting.pk)], "cli"),
+        ("job.run_now", [str(other.pk)], "cli"),
+    ]

@@ -4,7 +4,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.management import cli
-from jobqueue.models import Job, JobStatus
+from jobqueue.models import MAX_ID, Job, JobStatus
 
 FIELDS = [
     "id",
@@ -22,12 +22,25 @@ FIELDS = [
 ]
 
 
+PERMISSION = "jobqueue.act_on_job"
+JOB_ID = cli.integer(1, MAX_ID, "a job id")
+# At most this many jobs in one command, as in one frozen selection of the console.
+MAX_JOBS = 100_000
+
+
 class Command(cli.Command):
     # A quick shell tool: its output stays one line per result, without system-check noise.
     requires_system_checks = []
-    help = "List jobs, newest first."
+    help = "List jobs, newest first; or run queued ones now, or cancel them (audited)."
 
     def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="command", required=False)
+        for name, verb in (("run-now", "Make these waiting jobs due now"), ("cancel", "Cancel")):
+            each = sub.add_parser(
+                name, help=f"{verb} (only jobs not started; running ones are left alone)."
+            )
+            each.add_argument("ids", nargs="+", type=JOB_ID, help="Job ids.")
+            cli.add_audit_arguments(each, PERMISSION)
         parser.add_argument("--state", choices=JobStatus.values, default=None)
         parser.add_argument(
             "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."
@@ -41,6 +54,8 @@ class Command(cli.Command):
         parser.add_argument("--json", action="store_true", help="One JSON object per line.")
 
     def handle(self, *args, **opts):
+        if opts.get("command"):
+            return self._act(opts)
         now = timezone.now()
         jobs = Job.objects.order_by("-id")
         if opts["state"]:
@@ -76,3 +91,26 @@ class Command(cli.Command):
                 f"queue {queue} is PAUSED (by {pause.paused_by}: {pause.reason!r}); "
                 f"`manage.py queues resume {queue} …` resumes it"
             )
+
+    def _act(self, opts):
+        """The console's run now and cancel, through the same store function and audit."""
+        operator = cli.operator(opts["operator"], PERMISSION).get_username()
+        ids = list(dict.fromkeys(opts["ids"]))
+        if len(ids) > MAX_JOBS:
+            raise cli.usage_error(f"at most {MAX_JOBS:,} jobs at once")
+        run_now = opts["command"] == "run-now"
+        change = store.job_actions.run_now if run_now else store.job_actions.cancel
+        try:
+            changed = change(ids, actor=operator, reason=opts["reason"], channel="cli")
+        except ValueError as exc:
+            raise cli.usage_error(exc) from None
+        verb = "made due now" if opts["command"] == "run-now" else "cancelled"
+        skipped = len(ids) - len(changed)
+        self.stdout.write(
+            f"{len(changed)} job{'s' if len(changed) != 1 else ''} {verb}"
+            + (
+                f"; {skipped} left alone (started, finished, gone or not waiting)"
+                if skipped
+                else ""
+            )
+        )
