@@ -15,6 +15,7 @@ they are derandomized so a failure reproduces): the whole file stays under a min
 import json
 import os
 import re
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -339,13 +340,19 @@ def test_any_payload_is_shown_everywhere_or_refused_by_name(people, settings, va
     dead = Job.objects.filter(task_path="tests.tasks.refuses").latest("id")
     done = Job.objects.filter(task_path="tests.tasks.noop").latest("id")
     assert (dead.state, done.state) == (JobState.DEAD, JobState.DONE)
-    assert done.return_value == store.normalized(value)  # returned as given: stored as given
+    assert _numbers_exact(done.return_value) == _numbers_exact(value)  # stored as returned
     letter = DeadLetter.objects.get(job_id=dead.pk)
     workflow = Workflow.objects.filter(pk=dead.pk).first() or workflow_of(dead)
     workflows.signal(workflow.pk, "go", value)
     assert_shown(
         shows(people, letter, [dead, done], workflow, search=search), commands(letter, workflow)
     )
+
+
+def _numbers_exact(value):
+    """`value` with its numbers as decimals: jsonb gives a float written with a large exponent
+    back as the int of its digits (the README says so), equal as a number."""
+    return json.loads(json.dumps(value), parse_float=Decimal, parse_int=Decimal)
 
 
 def _enqueue(via: str, value) -> str | None:
