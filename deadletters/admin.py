@@ -3,8 +3,6 @@
 The audit log is append-only: no add, change or delete, and no bulk actions.
 """
 
-import json
-
 from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
@@ -70,7 +68,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
 
 def _masked_json(value):
-    return json.dumps(redaction.redact(value), indent=2, ensure_ascii=False, sort_keys=True)
+    return redaction.pretty(redaction.redact(value))
 
 
 @admin.register(ReplayRun)

@@ -7,24 +7,39 @@ from jobqueue import conf as redrive_conf
 
 DEFAULTS = {
     # Payload values shown as ••••: regular expressions searched case-insensitively in each key,
-    # at any depth (deadletters/redaction.py). "token" masks access_token, refresh_token, ...
+    # at any depth, and in the names of header pairs, query parameters and header lines inside
+    # text (deadletters/redaction.py). "token" masks access_token, refresh_token, X-Token ...;
+    # (?<![a-z]) and (?![a-z]) keep a short name from matching inside a word (pw, not pwned).
     "REDACT_PATTERNS": (
-        "passw(or)?d",
+        "passw(or)?d",  # password, passwd, DB_PASSWORD
+        "pass(phrase|code)",
+        "pass(?![a-z])",  # pass, smtp_pass, dbPass; not passenger, passport (compass, too)
         "pwd",
-        "secret",
+        "(?<![a-z])pw(?![a-z])",
+        "secret",  # client_secret, secret_key, AWS_SECRET_ACCESS_KEY
         "token",
-        "api[-_]?key",
-        "^auth$",
-        "authorization",
+        "jwt",
+        "bearer",
+        "auth(?!or)",  # auth, x-auth, oauth, basic_auth, authenticate; not author, authority
+        "authori[sz]ation",
         "credential",
-        "private[-_]?key",
-        "session",
         "cookie",
+        "session",
+        "api[-_]?key",  # api_key, apikey, X-Api-Key
+        "(private|signing|encryption|master|access|account)[-_]?key",
         "signature",
-        "card[-_]?number",
+        "(?<![a-z])dsn(?![a-z])",  # a database or Sentry DSN holds its password or key
+        "connection[-_]?string",
+        "credit[-_]?card",
+        "card[-_]?(number|num|no)(?![a-z])",
+        "(?<![a-z])(cc[-_]?num(ber)?|pan)(?![a-z])",
         "cvc",
         "cvv",
         "iban",
+        "account[-_]?(number|num)",
+        "(?<![a-z])ssn(?![a-z])",
+        "social[-_]?security",
+        "(?<![a-z])(otp|totp|hotp|pin)(?![a-z])",
     ),
     # Items replayed or discarded per transaction; a run no larger runs inside the request.
     "REPLAY_BATCH_SIZE": 100,

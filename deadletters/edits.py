@@ -5,6 +5,9 @@ The checks, in order (each refusal says what is wrong and nothing is written):
   1. JSON: args an array, kwargs an object (the form parses the text).
   2. Masks: a value the page showed masked (••••) and left as it was is put back to the value it
      hid; a mask anywhere else is refused (redaction.restore_masked). A job never gets a mask.
+     Replacing a masked value takes having seen it (deadletters.view_secrets and a recorded
+     reveal of the letter); anyone else may keep or remove it. No refusal's words depend on
+     what a mask hides (see `checked`): an edit is no oracle for a secret.
   3. Storable as any job's payload: jobqueue.store.check_payload (JSON only, no NUL or lone
      surrogates, at most REDRIVE["MAX_PAYLOAD_BYTES"]).
   4. The task still imports and takes these arguments: the worker's own check
@@ -19,7 +22,9 @@ The checks, in order (each refusal says what is wrong and nothing is written):
 
      It is called with the edited args (a list) and kwargs (a dict); raising ValueError or
      django.core.exceptions.ValidationError refuses the edit with its message. `manage.py
-     check` refuses a path that does not import (redrive.E025).
+     check` refuses a path that does not import (redrive.E025). When masked values were put
+     back, its refusal is worded as it words the payload sent, masks in place (it is called a
+     second time for that): a message quoting a hidden value never shows it.
 
 The replay itself (deadletters.services.edit_and_replay) goes through jobqueue.store.replay_edited.
 """
@@ -27,14 +32,16 @@ The replay itself (deadletters.services.edit_and_replay) goes through jobqueue.s
 from __future__ import annotations
 
 import difflib
-import json
+import sys
 from dataclasses import dataclass
+from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
 from jobqueue import store
-from jobqueue.errors import UnknownTask
+from jobqueue.conf import policy
+from jobqueue.errors import UnknownTask, UnstorableValue
 from jobqueue.models import DeadLetter
 
 from . import conf, redaction
@@ -48,9 +55,9 @@ class InvalidEdit(ValueError):
 def parse(text: str, kind: type, name: str):
     """The JSON `text` of a form's field as `kind` (list or dict), or InvalidEdit."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise InvalidEdit(f"{name}: nested too deeply.") from None
+        value = store.loads(text, name, parse_constant=_no_constant)
+    except UnstorableValue as exc:  # nested past the one depth limit
+        raise InvalidEdit(f"{exc}.") from None
     except ValueError as exc:  # JSONDecodeError, and an integer too long to read
         raise InvalidEdit(f"{name}: not valid JSON ({exc}).") from None
     if not isinstance(value, kind):
@@ -69,31 +76,73 @@ def _no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def checked(letter: DeadLetter, args, kwargs) -> tuple[list, dict]:
+def checked(letter: DeadLetter, args, kwargs, *, may_replace: bool = True) -> tuple[list, dict]:
     """The payload a job will get for this edit of `letter`: masks put back, every check passed
-    (see the module's docstring); InvalidEdit otherwise."""
+    (see the module's docstring); InvalidEdit otherwise.
+
+    An edit of the masked payload learns nothing of what the masks hide. Without `may_replace`
+    (the operator has not seen the masked values: services.edit_and_replay) a masked value can
+    be kept or removed, not replaced (redaction.restore_masked): no guess typed over a mask is
+    ever compared with it. And no refusal's words come from a hidden value: with masks put
+    back, the size limit is named without the size, and any other refusal is worded as it is
+    for the payload as sent (masks in place), or not at all if that passes."""
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise InvalidEdit("args must be a JSON array and kwargs a JSON object.")
+    sent = (args, kwargs)
     try:
-        args = redaction.restore_masked(args, letter.args, "args")
-        kwargs = redaction.restore_masked(kwargs, letter.kwargs, "kwargs")
+        restored = (
+            redaction.restore_masked(args, letter.args, "args", may_replace=may_replace),
+            redaction.restore_masked(kwargs, letter.kwargs, "kwargs", may_replace=may_replace),
+        )
     except ValueError as exc:
         raise InvalidEdit(str(exc)) from None
-    except RecursionError:  # json.loads reads deeper nesting than this walk can follow
-        raise InvalidEdit("The payload is nested too deeply.") from None
+    hidden = restored != sent
     try:
-        args, kwargs = store.normalized(args), store.normalized(kwargs)
-        store.check_payload(args, kwargs)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidEdit(f"Not a payload a job can carry: {exc}.") from None
-    _check_call(letter.task_path, args, kwargs)
+        args, kwargs, size = _storable(*restored)
+    except (TypeError, ValueError) as exc:
+        reason = _as_sent(_storable, sent) if hidden else exc
+        raise InvalidEdit(
+            f"Not a payload a job can carry: {reason}."
+            if reason
+            else "Not a payload a job can carry once its masked values are put back (why is "
+            "not shown: it would tell something of them)."
+        ) from None
+    limit = policy("MAX_PAYLOAD_BYTES")
+    if size > limit:
+        what = "with its masked values put back, it is" if hidden else f"payload is {size} bytes,"
+        raise InvalidEdit(f"Not a payload a job can carry: {what} over the {limit}-byte limit.")
+    _check_call(letter.task_path, args, kwargs)  # names and counts only: no value in its words
     try:
         _validate(letter.task_path, args, kwargs)
-    except InvalidEdit as exc:
-        # The validator saw the masks put back: its message may quote a value the page hid.
-        hidden = [*redaction.masked_values(letter.args), *redaction.masked_values(letter.kwargs)]
-        raise InvalidEdit(redaction.scrub(str(exc), hidden)) from None
+    except InvalidEdit:
+        if not hidden:
+            raise
+        words = _as_sent(partial(_validate, letter.task_path), sent)
+        raise InvalidEdit(
+            f"{words} (as it words the payload with its masks in place)"
+            if words
+            else f"Refused by {_validator_path(letter.task_path)} (why is not shown: it depends "
+            "on the masked values)."
+        ) from None
     return args, kwargs
+
+
+def _storable(args, kwargs) -> tuple[list, dict, int]:
+    """The payload as a job row stores it, and its size (checked by the caller)."""
+    args, kwargs = store.normalized(args, "args"), store.normalized(kwargs, "kwargs")
+    args_json, kwargs_json = store.check_payload(args, kwargs, limit=sys.maxsize)
+    return args, kwargs, len(args_json) + len(kwargs_json)
+
+
+def _as_sent(check, sent) -> Exception | None:
+    """How `check` refuses the payload as the operator sent it (masks in place), or None if it
+    passes: words that depend on nothing hidden. A validator is called a second time for this,
+    on the masked payload."""
+    try:
+        check(*sent)
+    except Exception as refusal:  # noqa: BLE001 - a check's refusal, of any kind
+        return refusal
+    return None
 
 
 def _check_call(task_path: str, args, kwargs) -> None:
@@ -110,8 +159,12 @@ def _check_call(task_path: str, args, kwargs) -> None:
         raise InvalidEdit(f"{task_path} does not take these arguments: {exc}.") from None
 
 
+def _validator_path(task_path: str) -> str | None:
+    return (conf.get("PAYLOAD_VALIDATORS") or {}).get(task_path)
+
+
 def _validate(task_path: str, args, kwargs) -> None:
-    path = (conf.get("PAYLOAD_VALIDATORS") or {}).get(task_path)
+    path = _validator_path(task_path)
     if not path:
         return
     try:
@@ -140,21 +193,22 @@ class DiffLine:
 
 
 def pretty(args, kwargs) -> str:
-    return json.dumps(
-        {"args": args, "kwargs": kwargs}, indent=2, ensure_ascii=False, sort_keys=True
-    )
+    return redaction.pretty({"args": args, "kwargs": kwargs})
 
 
 def diff(edit: PayloadEdit, *, redacted: bool = True) -> list[DiffLine]:
     """A unified diff of the payload before and after `edit`, pretty-printed JSON; masked as
     the console masks payloads unless `redacted` is False (a recorded reveal)."""
-    old = {"args": edit.old_args, "kwargs": edit.old_kwargs}
-    new = {"args": edit.new_args, "kwargs": edit.new_kwargs}
     if redacted:
-        old, new = redaction.redact_pair(old, new)
+        old_args, new_args = redaction.redact_pair(edit.old_args, edit.new_args)
+        old_kwargs, new_kwargs = redaction.redact_pair(edit.old_kwargs, edit.new_kwargs)
+    else:
+        old_args, new_args = redaction.unmasked(edit.old_args), redaction.unmasked(edit.new_args)
+        old_kwargs = redaction.unmasked(edit.old_kwargs)
+        new_kwargs = redaction.unmasked(edit.new_kwargs)
     lines = difflib.unified_diff(
-        pretty(old["args"], old["kwargs"]).splitlines(),
-        pretty(new["args"], new["kwargs"]).splitlines(),
+        pretty(old_args, old_kwargs).splitlines(),
+        pretty(new_args, new_kwargs).splitlines(),
         "before",
         "after",
         lineterm="",

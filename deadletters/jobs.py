@@ -8,16 +8,16 @@ the same one; ids repeat across databases."""
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Length
 from django.utils import timezone
 
 from jobqueue import store
+from jobqueue.conf import policy
 from jobqueue.models import WAITING as WAITING_STATUSES
 from jobqueue.models import AuditEntry, DeadLetter, Job, JobState, JobStatus
 
@@ -174,6 +174,7 @@ class JobDetail:
     state: str
     payload_json: str
     return_json: str | None
+    return_cut: bool | None  # cut at MAX_RESULT_CHARS; None: too large to read at all
     attempts: list[Attempt]  # failed attempts, oldest first, from the job's errors
     letter: DeadLetter | None  # the dead letter this job became
     replayed_from: DeadLetter | None  # the letter whose replay made this job
@@ -185,11 +186,18 @@ class JobDetail:
 def detail(pk: int, *, now=None, using: str = "default") -> JobDetail:
     """Raises Job.DoesNotExist."""
     now = now or timezone.now()
-    job = Job.objects.using(using).get(pk=pk)
+    # The return value is read only once its size says it may be shown (a row stored before
+    # return values were bounded can hold 100 MB, several hundred of the web process's).
+    job = (
+        Job.objects.using(using)
+        .defer("return_value")
+        .annotate(return_chars=Length(Cast("return_value", TextField())))
+        .get(pk=pk)
+    )
     last_took = None
     if job.state == JobState.DONE and job.finished_at and job.last_attempted_at:
         last_took = (job.finished_at - job.last_attempted_at).total_seconds() * 1000
-    payload = redaction.redact({"args": job.args, "kwargs": job.kwargs})
+    payload = {"args": redaction.redact(job.args), "kwargs": redaction.redact(job.kwargs)}
     letter = (
         DeadLetter.objects.using(using)
         .filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
@@ -226,14 +234,15 @@ def detail(pk: int, *, now=None, using: str = "default") -> JobDetail:
         for n, e in enumerate(job.errors if isinstance(job.errors, list) else [], start=1)
         if isinstance(e, dict)
     ]
-    result = None
+    result = cut = None
     if job.state == JobState.DONE:
-        result = _pretty(redaction.redact(job.return_value))
+        result, cut = _return_value(job, using)
     return JobDetail(
         job=job,
         state=browser_state(job, now),
-        payload_json=_pretty(payload),
+        payload_json=redaction.pretty(payload),
         return_json=result,
+        return_cut=cut,
         attempts=attempts,
         letter=letter,
         replayed_from=replayed_from,
@@ -243,8 +252,20 @@ def detail(pk: int, *, now=None, using: str = "default") -> JobDetail:
     )
 
 
-def _pretty(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+# A job's page shows at most this much of its return value's pretty JSON.
+MAX_RESULT_CHARS = 20_000
+
+
+def _return_value(job: Job, using: str) -> tuple[str, bool | None]:
+    """A done job's return value as its page shows it, masked and cut at MAX_RESULT_CHARS, and
+    whether it was cut; None for "too large to read": a value over twice the payload limit as
+    the database writes it (jsonb adds a space after each , and :), which only a row stored
+    before return values were bounded holds."""
+    chars = job.return_chars or 0
+    if chars > 2 * policy("MAX_PAYLOAD_BYTES"):
+        return f"(not shown: {chars:,} characters of JSON, too large to read here)", None
+    value = Job.objects.using(using).values_list("return_value", flat=True).get(pk=job.pk)
+    return redaction.preview(redaction.redact(value), MAX_RESULT_CHARS)
 
 
 def matching_ids(f: JobFilter, cap: int, now=None, using: str = "default") -> list[int]:

@@ -372,9 +372,8 @@ def detail(pk: int, *, redacted: bool = True, using: str = "default") -> Detail:
     (redaction.record_reveal). `using`: the queue database the letter is in; its history is
     the ledger rows of runs on that database (ids repeat across databases)."""
     letter = DeadLetter.objects.using(using).get(pk=pk)
-    payload = {"args": letter.args, "kwargs": letter.kwargs}
-    if redacted:
-        payload = redaction.redact(payload)
+    shown = redaction.redact if redacted else redaction.unmasked
+    payload = {"args": shown(letter.args), "kwargs": shown(letter.kwargs)}
     history = list(
         ReplayItem.objects.filter(dead_letter_id=letter.pk, run__selection__database=using)
         .select_related("run")
@@ -390,7 +389,7 @@ def detail(pk: int, *, redacted: bool = True, using: str = "default") -> Detail:
     )
     return Detail(
         letter=letter,
-        payload_json=json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True),
+        payload_json=redaction.pretty(payload),
         original_job=original_job,
         replay_jobs=list(letter.replay_jobs.order_by("id")),
         payload_summarised=origin.payload_summarised,

@@ -21,7 +21,7 @@ from django.utils import timezone
 from jobqueue import schedules, store
 from jobqueue.models import DeadLetter, Job, JobState
 
-from . import conf
+from . import conf, redaction
 from .models import (
     ACTIVE_STATES,
     Action,
@@ -843,7 +843,11 @@ def edit_and_replay(
         raise RefusedError(f"No dead letter #{dead_letter_id}.")
     refuse_unless_editable(letter, allow_poisoned=allow_poisoned)
     try:
-        args, kwargs = edits.checked(letter, args, kwargs)
+        # Equal to the letter's own payload only if the edit changed nothing the operator was
+        # shown: one who has not seen the masked values cannot replace them (edits.checked).
+        args, kwargs = edits.checked(
+            letter, args, kwargs, may_replace=redaction.has_seen(operator, letter)
+        )
     except edits.InvalidEdit as exc:
         raise RefusedError(str(exc)) from None
     if (args, kwargs) == (letter.args, letter.kwargs):
@@ -930,6 +934,12 @@ def refuse_unless_editable(letter, *, allow_poisoned: bool):
         raise RefusedError(
             f"Letters of source {letter.source!r} are replayed as they are, not edited: "
             "replay it from its page."
+        )
+    if max(store.json_depth(letter.args), store.json_depth(letter.kwargs)) > store.MAX_JSON_DEPTH:
+        # Stored by hand or by an older version: no edit of it is a payload a job may carry.
+        raise RefusedError(
+            f"Its payload nests deeper than {store.MAX_JSON_DEPTH} levels, more than a job may "
+            "carry: it cannot be edited (discard it)."
         )
     limit = conf.get("MAX_REPLAYS")
     if letter.replays >= limit and not allow_poisoned:

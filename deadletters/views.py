@@ -998,7 +998,7 @@ def _payload_text(letter, *, redacted: bool) -> dict:
     """The edit form's initial text: the letter's payload as pretty JSON, masked or not."""
     payload = {"args": letter.args, "kwargs": letter.kwargs}
     if redacted:
-        payload = redaction.redact(payload)
+        payload = {name: redaction.redact(value) for name, value in payload.items()}
     return {
         name: json.dumps(value, indent=2, ensure_ascii=False) for name, value in payload.items()
     }

@@ -10,7 +10,6 @@ JSON), and the job's dead letter is then what an operator acts on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from django import forms
@@ -242,14 +241,11 @@ def _letter_states(views: list[StepView]) -> None:
 def _redacted(name: str, value):
     """`value` masked as a payload is; its name (the step's, the signal's) counts as its key,
     so a step named like a secret ("fetch_token") shows nothing of what it returned."""
-    return redaction.redact({name: value}).get(name)
+    return redaction.REDACTED if redaction.is_sensitive(name) else redaction.redact(value)
 
 
 def _pretty(value) -> tuple[str, bool]:
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-    if len(text) > MAX_RESULT_CHARS:
-        return text[:MAX_RESULT_CHARS], True
-    return text, False
+    return redaction.preview(value, MAX_RESULT_CHARS)
 
 
 def _count(value) -> int:

@@ -336,8 +336,8 @@ def _arguments(limit: int, args, kwargs) -> tuple[list, dict, tuple[str, str]]:
     if not isinstance(kwargs, Mapping):
         raise InvalidArguments(f"a call's kwargs are a dict, not {type(kwargs).__name__}")
     try:
-        args = store.normalized(args if type(args) is list else list(args))
-        kwargs = store.normalized(kwargs if type(kwargs) is dict else dict(kwargs))
+        args = store.normalized(args if type(args) is list else list(args), "args")
+        kwargs = store.normalized(kwargs if type(kwargs) is dict else dict(kwargs), "kwargs")
         return args, kwargs, store.check_payload(args, kwargs, limit)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidArguments(

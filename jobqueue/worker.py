@@ -412,7 +412,7 @@ class Worker(Loop):
         if clock is timezone.now:
             clock = partial(datetime.now, UTC if settings.USE_TZ else None)
         self.clock = clock
-        # Read once, not per job (_execute checks every payload against it).
+        # Read once, not per job (_execute checks every payload and return value against it).
         self.max_payload_bytes = policy("MAX_PAYLOAD_BYTES")
         self.worker_id = worker_id or process_id()
         super().__init__(
@@ -820,12 +820,13 @@ class Worker(Loop):
             finally:
                 workflows.leave(attempt, returned=returned)
             try:
-                value = store.normalized(value)
-                stored = store.CheckedJSON(store.storable_json(value, "the return value"))
+                value = store.normalized(value, "the return value")
+                stored = store.check_value(value, "the return value", self.max_payload_bytes)
             except (TypeError, ValueError) as exc:
                 # Recorded as raised (as Django's backends record the TypeError from converting
                 # it), but never retried: the task ran, and would only repeat its effect to
-                # return the same value. Refused here, the job fails alone; reaching the
+                # return the same value (too big is refused too: every view of the job's page
+                # would load it). Refused here, the job fails alone; reaching the
                 # acknowledgement, it would fail the batch's statement.
                 return Finished(
                     job,

@@ -322,7 +322,8 @@ def signal(workflow_id: int, event: str, payload=None, *, using: str = "default"
     event = _valid_name(event, "event")
     payload = {} if payload is None else payload
     try:
-        store.check_payload([payload], {})
+        payload = store.normalized(payload, "the payload")
+        store.check_value(payload, "the payload")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a signal's payload must be JSON: {exc}") from None
     try:
@@ -331,9 +332,7 @@ def signal(workflow_id: int, event: str, payload=None, *, using: str = "default"
         raise LookupError(f"no workflow {workflow_id!r}") from None
     try:
         with transaction.atomic(using=using):
-            return store.workflows.signal(
-                workflow_id, event, store.normalized(payload), now=None, using=using
-            )
+            return store.workflows.signal(workflow_id, event, payload, now=None, using=using)
     except Workflow.DoesNotExist:
         raise LookupError(f"no workflow {workflow_id}") from None
 
@@ -529,11 +528,13 @@ def _seconds(duration, what: str) -> float:
 
 
 def _storable(name: str, value):
+    """A step's result under the rules of a task's return value (JSON, MAX_PAYLOAD_BYTES)."""
+    what = f"the result of step {name!r}"
     try:
-        value = store.normalized(value)
-        store.storable_json(value, f"the result of step {name!r}")
+        value = store.normalized(value, what)
+        store.check_value(value, what)
     except (TypeError, ValueError) as exc:
-        raise WorkflowError(f"step {name!r} returned what JSON cannot store: {exc}") from None
+        raise WorkflowError(f"step {name!r} returned what cannot be stored: {exc}") from None
     return value
 
 

@@ -62,6 +62,12 @@ def permanent(message="invalid payload"):
     raise PermanentError(message)
 
 
+@task(max_attempts=1)
+def refuses(value=None):
+    """Dead-letters at once whatever it is given; its error text says nothing of the value."""
+    raise PermanentError("refused whatever it was given")
+
+
 @task(max_attempts=2)
 def rate_limited(seconds=120.0):
     raise RateLimited(retry_after=seconds)
@@ -182,6 +188,12 @@ class _StrInterrupts(Exception):
 @task(max_attempts=1)
 def raises_unformattable(kind: str):
     raise (_CauseRaises if kind == "cause" else _StrInterrupts)("unformattable")
+
+
+@task(max_attempts=3)
+def returns_text(chars: int):
+    """A return value of `chars` characters: chars + 2 bytes of JSON."""
+    return "x" * chars
 
 
 @task(max_attempts=3)

@@ -109,3 +109,13 @@ def importer(n, chunk=100):
 @task
 def unstorable_batch():
     return batch("import", [{"n": 0}, {"n": 1, "text": "nul \x00 inside"}], item)
+
+
+def text_of(chars):
+    return "x" * chars
+
+
+@task
+def big_step(chars):
+    """One step whose result is `chars` characters (chars + 2 bytes of JSON)."""
+    return len(step("text", text_of, chars))

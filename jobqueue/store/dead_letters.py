@@ -121,7 +121,7 @@ def replay_edited(
     """
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("args must be a JSON array and kwargs a JSON object")
-    args, kwargs = normalized(args), normalized(kwargs)
+    args, kwargs = normalized(args, "args"), normalized(kwargs, "kwargs")
     check_payload(args, kwargs)
     now = now or timezone.now()
     pk = dead_letter_id

@@ -26,7 +26,7 @@ from jobqueue.models import DeadLetter, Job, JobState, JobStatus, RateBucket, Un
 from . import dialects
 from .dead_letters import pending_fields, return_to_pending, settle_replayed
 from .leases import JOBS, NO_LEASE, expired_entry
-from .payloads import check_payload, dumps, storable_json
+from .payloads import check_payload, check_value, dumps
 
 logger = logging.getLogger("jobqueue.sweep")
 
@@ -498,18 +498,19 @@ def acknowledge(
 ) -> set[int]:
     """Mark finished jobs done in one statement; returns the ids whose lease was still ours.
 
-    A value neither database can store (storable_json) raises DataError before any SQL, as the
-    database would for what only it refuses: nothing is acknowledged, and the caller can store
-    the others without that one.
+    A value neither database can store (storable_json) or over MAX_PAYLOAD_BYTES (check_value)
+    raises DataError before any SQL, as the database would for what only it refuses: nothing is
+    acknowledged, and the caller can store the others without that one.
     """
     if not done:
         return set()
     now = now or timezone.now()
     dialect = dialects.of(using)
+    limit = policy("MAX_PAYLOAD_BYTES")
     rows = []
     for job, value in done:
         try:
-            rows.append((job.id, job.lease_token, storable_json(value, "the return value")))
+            rows.append((job.id, job.lease_token, check_value(value, "the return value", limit)))
         except (TypeError, ValueError) as exc:
             raise DataError(f"job {job.pk}: {exc}") from exc
     replayed = [job.id for job, _ in done if job.replayed_from_id]

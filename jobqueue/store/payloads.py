@@ -56,23 +56,32 @@ _EMPTY = {type(None): "null", list: "[]", dict: "{}"}
 _NATIVE = frozenset({str, int, float, bool, type(None)})
 
 
-def normalized(value):
+def normalized(value, what: str = "value"):
     """Django's normalize_json(value), the form a TaskResult holds arguments in: the same
     result and the same errors, reached without its pattern match (an isinstance check against
     an abstract class per case) for the plain dicts, lists and scalars nearly every payload is
-    made of; anything else (tuples, bytes, other mappings, str subclasses) goes to Django's."""
+    made of; anything else (tuples, bytes, other mappings, str subclasses) goes to Django's.
+    A value nested past what either walk can follow (Python's recursion limit, far beyond
+    MAX_JSON_DEPTH) is refused as storable_json refuses a deep one, by name."""
+    try:
+        return _normalized(value)
+    except RecursionError:
+        raise UnstorableValue(_too_deep(what)) from None
+
+
+def _normalized(value):
     kind = type(value)
     if kind in _NATIVE:
         return value
     if kind is dict:
         return {
             (k if type(k) in _NATIVE else normalize_json(k)): (
-                v if type(v) in _NATIVE else normalized(v)
+                v if type(v) in _NATIVE else _normalized(v)
             )
             for k, v in value.items()
         }
     if kind is list:
-        return [v if type(v) in _NATIVE else normalized(v) for v in value]
+        return [v if type(v) in _NATIVE else _normalized(v) for v in value]
     return normalize_json(value)
 
 
@@ -117,9 +126,11 @@ def _refuse_too_deep(value, text: str | None, what: str) -> None:
     if text is not None and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
         return
     if json_depth(value) > MAX_JSON_DEPTH:
-        raise UnstorableValue(
-            f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or pass an id"
-        )
+        raise UnstorableValue(_too_deep(what))
+
+
+def _too_deep(what: str) -> str:
+    return f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or pass an id"
 
 
 def loads(text: str, what: str = "value", **options):
@@ -127,9 +138,7 @@ def loads(text: str, what: str = "value", **options):
     integer too long to read, or nests deeper than MAX_JSON_DEPTH: the reading side of the
     same door storable_json is."""
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _text_depth(text) > MAX_JSON_DEPTH:
-        raise UnstorableValue(
-            f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or pass an id"
-        )
+        raise UnstorableValue(_too_deep(what))
     try:
         return json.loads(text, **options)
     except RecursionError:  # unreachable after the depth scan, kept as the last guard
@@ -228,6 +237,21 @@ def check_payload(args, kwargs, limit: int | None = None) -> tuple[str, str]:
     if size > limit:
         raise ValueError(f"payload is {size} bytes, over the {limit}-byte limit")
     return args_json, kwargs_json
+
+
+def check_value(value, what: str, limit: int | None = None) -> CheckedJSON:
+    """One value kept under the payload rules (a task's return value, a workflow signal's
+    payload): storable_json, and at most `limit` bytes of JSON, REDRIVE["MAX_PAYLOAD_BYTES"]
+    when not given. UnstorableValue (a ValueError) says which rule it breaks."""
+    text = storable_json(value, what)
+    if limit is None:
+        limit = policy("MAX_PAYLOAD_BYTES")
+    if len(text) > limit:  # the encoder escapes every non-ASCII character: one byte each
+        raise UnstorableValue(
+            f"{what} is {len(text)} bytes, over the {limit}-byte limit "
+            '(REDRIVE["MAX_PAYLOAD_BYTES"]); store it elsewhere and pass its id'
+        )
+    return CheckedJSON(text)
 
 
 MAX_MESSAGE_CHARS = 4_000

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from deadletters import conf, services
+from deadletters import conf, redaction, services
 from deadletters.models import (
     PayloadEdit,
     ReplayItem,
@@ -294,6 +294,7 @@ def test_the_edit_page_shows_masked_values_and_a_kept_mask_keeps_its_value(chief
 
 
 def test_a_changed_secret_shows_as_changed_and_only_a_reveal_shows_it(chief, secret_letter):
+    redaction.record_reveal(chief, secret_letter, via="edit")  # replacing a mask takes one
     services.edit_and_replay(
         operator=chief,
         dead_letter_id=secret_letter.pk,
@@ -366,6 +367,170 @@ def _permission(codename):
     return Permission.objects.get(content_type__app_label="deadletters", codename=codename)
 
 
+# --- masked values are no oracle to an editor who may not see them --------------------------
+
+
+@pytest.fixture
+def blind_editor(db):
+    """May edit and replay, may not see masked values (no deadletters.view_secrets)."""
+    editor = user_with_role("operator", "editor")
+    editor.user_permissions.add(_permission("edit_deadletter"))
+    return editor
+
+
+def refusal(operator, letter, args, kwargs) -> str:
+    """The refusal of this edit by `operator`, checking that it wrote nothing."""
+    before = snapshot()
+    with pytest.raises(services.RefusedError) as refused:
+        services.edit_and_replay(
+            operator=operator, dead_letter_id=letter.pk, args=args, kwargs=kwargs, reason="r"
+        )
+    assert snapshot() == before
+    return str(refused.value)
+
+
+def test_a_guess_typed_over_a_mask_is_refused_alike_right_or_wrong(blind_editor, secret_letter):
+    """The right guess said "the payload is unchanged", a wrong one was replayed (and its diff
+    said "changed"): either way the secret's value was confirmed or ruled out."""
+    right, wrong = (
+        refusal(blind_editor, secret_letter, [1], {"b": {"api_token": guess, "amount": 5}})
+        for guess in ("s3cret-t0ken", "wrong-guess")
+    )
+    assert right == wrong
+    assert right.startswith("kwargs['b']['api_token'] is masked: leave it as shown (••••)")
+    assert "view_secrets" in right
+
+
+def test_an_editor_who_may_not_see_a_mask_may_keep_or_remove_it(blind_editor, secret_letter):
+    masked = {"b": {"api_token": "••••", "amount": 5}}
+    assert "unchanged" in refusal(blind_editor, secret_letter, [1], masked)
+    services.edit_and_replay(
+        operator=blind_editor,
+        dead_letter_id=secret_letter.pk,
+        args=[1],
+        kwargs={"b": {"amount": 6}},
+        reason="token dropped",
+    )
+    assert Job.objects.get(replayed_from=secret_letter).kwargs == {"b": {"amount": 6}}
+
+
+def test_the_size_limit_names_no_size_when_masked_values_are_inside(
+    blind_editor, chief, secret_letter, settings
+):
+    """The size of the payload with its masks put back gave away the secret's length."""
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_PAYLOAD_BYTES": 60}
+    masked = {"b": {"api_token": "••••", "amount": "x" * 30}}
+    for operator in (blind_editor, chief):
+        message = refusal(operator, secret_letter, [1], masked)
+        assert "over the 60-byte limit" in message and not re.search(r"\d+ bytes", message)
+    redaction.record_reveal(chief, secret_letter, via="edit")  # its values, typed back in
+    revealed = {"b": {"api_token": "s3cret-t0ken", "amount": "x" * 30}}
+    message = refusal(chief, secret_letter, [1], revealed)
+    assert re.search(r"payload is \d+ bytes, over the 60-byte limit", message)
+
+
+def quotes_the_payload(args, kwargs):
+    """A payload validator that quotes what it refuses, as JSON (escaped: \" and \\u00e9)."""
+    raise ValueError(f"refused {json.dumps(kwargs)}")
+
+
+@pytest.mark.parametrize("validator", ["quotes_the_payload", "no_negatives"])
+def test_a_validator_refusal_is_worded_as_for_the_payload_with_its_masks_in_place(
+    blind_editor, chief, settings, validator
+):
+    """A message quoting the payload as JSON escaped the secret past the search for its text."""
+    settings.REDRIVE = {
+        **settings.REDRIVE,
+        "PAYLOAD_VALIDATORS": {ADD: f"tests.deadletters.test_edit_and_approval.{validator}"},
+    }
+    letter = DeadLetterFactory(task_path=ADD, args=[1], kwargs={"b": {"token": 'to"k\u00e9n-9'}})
+    masked = ([-1], {"b": {"token": "••••"}})
+    blind, chief_masked = refusal(blind_editor, letter, *masked), refusal(chief, letter, *masked)
+    assert blind == chief_masked and "n-9" not in blind
+    if validator == "quotes_the_payload":
+        assert '{"b": {"token": "\\u2022\\u2022\\u2022\\u2022"}}' in blind
+    else:
+        assert "amounts must not be negative" in blind
+    redaction.record_reveal(chief, letter, via="edit")
+    revealed = refusal(chief, letter, [-1], {"b": {"token": 'to"k\u00e9n-9'}})
+    assert "k\\u00e9n-9" in revealed or "amounts must not be negative" in revealed
+
+
+def test_replacing_a_masked_value_takes_a_recorded_reveal_of_it(chief, secret_letter):
+    """The permission alone is not enough: a guess confirmed by "unchanged" is a reveal that
+    the audit does not record."""
+    rotated = {"b": {"api_token": "n3w-t0ken", "amount": 5}}
+    assert "is masked" in refusal(chief, secret_letter, [1], rotated)
+    redaction.record_reveal(chief, secret_letter, via="edit")
+    services.edit_and_replay(
+        operator=chief, dead_letter_id=secret_letter.pk, args=[1], kwargs=rotated, reason="r"
+    )
+    assert Job.objects.get(replayed_from=secret_letter).kwargs == rotated
+
+
+def test_a_mask_in_a_header_pair_is_kept_only_under_its_own_name(chief):
+    letter = DeadLetterFactory(
+        task_path=ADD, args=[1], kwargs={"b": [["Authorization", "Bearer hdr-1"], ["Accept", "*"]]}
+    )
+    renamed = {"b": [["X-Note", "••••"], ["Accept", "*"]]}
+    message = refusal(chief, letter, [1], renamed)
+    assert message.startswith("kwargs['b'][0][1] keeps a masked value")
+    services.edit_and_replay(
+        operator=chief,
+        dead_letter_id=letter.pk,
+        args=[2],
+        kwargs={"b": [["Authorization", "••••"], ["Accept", "*"]]},
+        reason="r",
+    )
+    assert Job.objects.get(replayed_from=letter).kwargs["b"][0] == ["Authorization", "Bearer hdr-1"]
+
+
+def test_a_url_left_as_shown_keeps_its_password_and_one_changed_around_the_mask_is_refused(chief):
+    letter = DeadLetterFactory(task_path=ADD, args=[1], kwargs={"b": "postgres://u:pw-1@h1/db"})
+    page = logged_in(chief).get(edit_url(letter)).content.decode()
+    assert "postgres://u:••••@h1/db" in page and "pw-1" not in page
+    moved = {"b": "postgres://u:••••@h2/db"}
+    assert "is masked" in refusal(chief, letter, [1], moved)  # only kept or removed, unseen
+    redaction.record_reveal(chief, letter, via="edit")
+    assert "holds the mask" in refusal(chief, letter, [1], moved)  # never sent to a job
+    services.edit_and_replay(
+        operator=chief,
+        dead_letter_id=letter.pk,
+        args=[2],
+        kwargs={"b": "postgres://u:••••@h1/db"},
+        reason="r",
+    )
+    assert Job.objects.get(replayed_from=letter).kwargs == {"b": "postgres://u:pw-1@h1/db"}
+
+
+def test_the_console_refuses_a_blind_editors_guess_with_the_same_words(blind_editor, secret_letter):
+    client = logged_in(blind_editor)
+    texts = []
+    for guess in ("s3cret-t0ken", "wrong-guess"):
+        response = client.post(
+            edit_url(secret_letter), form([1], {"b": {"api_token": guess, "amount": 5}})
+        )
+        assert response.status_code == 400
+        texts.append(re.search(r'role="alert" class="error">(.*?)</div>', _text(response), re.S)[1])
+    assert texts[0] == texts[1] and "is masked" in texts[0]
+    assert not PayloadEdit.objects.exists()
+
+
+def test_a_letter_nested_deeper_than_a_job_may_carry_cannot_be_edited(chief):
+    deep = "x"
+    for _ in range(store.MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    letter = DeadLetterFactory(task_path=ADD, args=[deep, 1])  # written by an older version
+    client = logged_in(chief)
+    page = client.get(edit_url(letter))
+    assert page.status_code == 200 and "nests deeper than 64 levels" in _text(page)
+    assert 'name="args"' not in page.content.decode()
+    before = snapshot()
+    response = client.post(edit_url(letter), form([1], {"b": 2}))
+    assert response.status_code == 409 and "nests deeper than 64 levels" in _text(response)
+    assert snapshot() == before
+
+
 # --- edit before replay: the console ---------------------------------------------------------
 
 
@@ -396,7 +561,8 @@ def test_edit_in_the_console_and_see_the_diff_on_the_letter_and_in_the_audit(chi
     [
         ({"args": "[1,", "kwargs": "{}"}, "not valid JSON"),
         ({"args": "NaN", "kwargs": "{}"}, "not valid JSON"),
-        ({"args": "[" * 100_000, "kwargs": "{}"}, "nested too deeply"),
+        ({"args": "[" * 100_000, "kwargs": "{}"}, "args nests deeper than 64 levels"),
+        ({"args": "[" * 65 + "]" * 65, "kwargs": "{}"}, "args nests deeper than 64 levels"),
         ({"args": "9" * 5000, "kwargs": "{}"}, "not valid JSON"),
         ({"args": "{}", "kwargs": "{}"}, "args must be a JSON array, not object"),
         ({"args": "[1]", "kwargs": "[]"}, "kwargs must be a JSON object, not array"),

@@ -179,3 +179,101 @@ def test_reveals_are_read_only_in_the_admin(letter):
     delete = reverse("admin:deadletters_reveal_delete", args=[reveal.pk])
     assert client.post(delete, {"post": "yes"}).status_code == 403
     assert Reveal.objects.count() == 1
+
+
+# --- the shapes secrets come in ---------------------------------------------------------------
+
+# Names the default patterns mask, as settings, HTTP clients and card forms spell them.
+MASKED_NAMES = [
+    "smtp_pass", "SMTP_PASS", "dbPass", "passphrase", "passwd", "db_pwd", "pw", "secret_key",
+    "jwt", "id_jwt", "bearer", "auth", "x-auth", "oauth_token", "basic_auth", "credentials",
+    "Set-Cookie", "sessionid", "apikey", "x-api-key", "private_key", "signing_key",
+    "aws_access_key_id", "credit_card", "creditCard", "card_number", "cardNo", "cc_num", "pan",
+    "cvv2", "cvc", "iban", "account_number", "ssn", "social_security_number", "otp", "pin",
+    "SENTRY_DSN", "dsn", "connection_string",
+]  # fmt: skip
+# Names that only look like them: shown as they are.
+SHOWN_NAMES = [
+    "author", "authority", "passenger", "passport", "passed", "username", "order", "amount",
+    "idempotency_key", "ordering_key", "spin", "ping", "company", "email", "note", "span",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MASKED_NAMES)
+def test_the_default_patterns_mask_the_names_settings_and_clients_use(name):
+    assert redaction.redact({name: "hidden-1"}) == {name: "••••"}
+
+
+@pytest.mark.parametrize("name", SHOWN_NAMES)
+def test_the_default_patterns_leave_names_that_only_look_sensitive(name):
+    assert redaction.redact({name: "shown-1"}) == {name: "shown-1"}
+
+
+SHAPES = {
+    # HTTP clients take headers as a list of pairs (httpx, aiohttp, WSGI), HAR files and
+    # Kubernetes env vars as {"name": …, "value": …}.
+    "headers": [["Authorization", "Bearer hdr-pair-1"], ["Accept", "text/html"]],
+    "har": [{"name": "Authorization", "value": "har-2"}, {"name": "Accept", "value": "*/*"}],
+    "env": [{"Name": "DB_PASSWORD", "Value": "env-3"}, {"key": "X-Api-Key", "value": "env-4"}],
+    "database": "postgres://app:url-pw-5@db.internal:5432/shop",
+    "callback": "https://hooks.example/notify?api_key=query-6&order=42",
+    "form_body": "user=ann&password=form-7",
+    "raw_headers": "GET / HTTP/1.1\r\nHost: example\r\nAuthorization: Basic cmF3LTg=\r\n",
+    "curl": ["Accept: */*", "X-Auth-Token: line-9"],
+    "body": '{"order": 42, "card_number": "4111111111111111", "note": "keep"}',
+    "repr": "{'token': 'repr-10', 'order': 42}",
+    "log": "calling with Bearer bearer-11-abcdefgh",
+    "jwt_text": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbm4ifQ.c2lnbmF0dXJlLTEy",
+}
+HIDDEN = [
+    "hdr-pair-1", "har-2", "env-3", "env-4", "url-pw-5", "query-6", "form-7", "cmF3LTg",
+    "line-9", "4111111111111111", "repr-10", "bearer-11", "c2lnbmF0dXJlLTEy",
+]  # fmt: skip
+KEPT = ["text/html", "*/*", "db.internal:5432/shop", "order=42", "user=ann", "keep", "Host"]
+
+
+def test_header_pairs_urls_and_secrets_inside_text_are_masked():
+    masked = redaction.redact(SHAPES)
+    text = json.dumps(masked, ensure_ascii=False)
+    assert [value for value in HIDDEN if value in text] == []
+    assert [value for value in KEPT if value not in text] == []
+    assert masked["headers"] == [["Authorization", "••••"], ["Accept", "text/html"]]
+    assert masked["har"][0] == {"name": "Authorization", "value": "••••"}
+    assert masked["database"] == "postgres://app:••••@db.internal:5432/shop"
+    assert masked["callback"] == "https://hooks.example/notify?api_key=••••&order=42"
+    assert masked["curl"] == ["Accept: */*", "X-Auth-Token: ••••"]
+    assert masked["body"] == '{"order": 42, "card_number": "••••", "note": "keep"}'
+    # A pair is a header only inside a list: two positional arguments are not one.
+    assert redaction.redact(["token", "shown-2"]) == ["token", "shown-2"]
+
+
+@pytest.fixture
+def shaped_letter():
+    return DeadLetterFactory(args=[SHAPES["database"]], kwargs=SHAPES)
+
+
+def test_every_output_masks_the_shapes(shaped_letter, settings):
+    from django.contrib.auth.models import User
+
+    admin = logged_in(User.objects.create_superuser("root", password="pw"))
+    operator = logged_in(user_with_role("operator"))
+    outputs = {
+        "detail": operator.get(reverse("deadletters:detail", args=[shaped_letter.pk])),
+        "edit": logged_in(user_with_role("admin", "chief")).get(
+            reverse("deadletters:edit", args=[shaped_letter.pk])
+        ),
+        "admin": admin.get(reverse("admin:jobqueue_deadletter_change", args=[shaped_letter.pk])),
+        "csv": operator.post(reverse("deadletters:export"), {"format": "csv"}),
+        "jsonl": operator.post(reverse("deadletters:export"), {"format": "jsonl"}),
+    }
+    texts = {}
+    for name, response in outputs.items():
+        assert response.status_code == 200, name
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        texts[name] = body.decode()
+    out = StringIO()
+    call_command("deadletters", "show", str(shaped_letter.pk), stdout=out)
+    texts["cli"] = out.getvalue()
+    for name, text in texts.items():
+        assert [value for value in HIDDEN if value in text] == [], name
+        assert "db.internal" in text, name

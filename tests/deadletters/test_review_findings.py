@@ -32,13 +32,13 @@ def test_an_edit_nested_deeper_than_the_mask_check_can_walk_is_refused_not_a_500
         {"args": f"[1, {deep}]", "kwargs": "{}", "reason": "hostile"},
     )
     assert response.status_code == 400
-    assert "nested too deeply" in response.content.decode()
+    assert "args nests deeper than 64 levels" in response.content.decode()
     assert not PayloadEdit.objects.exists()
     assert not Job.objects.filter(replayed_from=letter).exists()
     nested = []
     for _ in range(5_000):  # what a caller of the service may pass, deeper than any stack
         nested = [nested]
-    with pytest.raises(services.RefusedError, match="nested too deeply"):
+    with pytest.raises(services.RefusedError, match="args nests deeper than 64 levels"):
         services.edit_and_replay(
             operator=chief,
             dead_letter_id=letter.pk,

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import DataError, transaction
 from django.utils import timezone
 
 from jobqueue import store
@@ -150,6 +150,18 @@ def test_one_acknowledgement_stores_each_jobs_own_return_value_of_any_shape():
     # A task that returned None stored JSON null, not SQL NULL: the ORM cannot tell them apart,
     # a filter on the column can.
     assert Job.objects.filter(return_value__isnull=True).count() == 0
+
+
+def test_a_return_value_over_the_payload_limit_is_refused_before_anything_is_acknowledged(
+    settings,
+):
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_PAYLOAD_BYTES": 100}
+    enqueue()
+    enqueue()
+    small, big = claim(at(0), limit=2)
+    with pytest.raises(DataError, match="the return value is 202 bytes, over the 100-byte limit"):
+        store.acknowledge([(small, "x"), (big, "x" * 200)], now=at(0.5))
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.RUNNING}
 
 
 def test_stale_acknowledgement_after_reclaim_changes_nothing():

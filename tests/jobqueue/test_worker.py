@@ -261,6 +261,18 @@ def test_a_return_value_the_database_refuses_fails_alone_and_its_batch_is_stored
     assert {Job.objects.get(pk=r.id).state for r in good} == {JobState.DONE}
 
 
+def test_a_return_value_over_the_payload_limit_fails_its_job_at_once_and_stores_none(settings):
+    """A 100 MB return value was stored, and each view of its job's page cost ~600 MB."""
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_PAYLOAD_BYTES": 1_000}
+    big, fits = tasks.returns_text.enqueue(2_000), tasks.returns_text.enqueue(998)
+    assert burst(concurrency=1) == 0
+    letter = DeadLetter.objects.get(job_id=big.id)
+    assert (letter.attempts, letter.error_class) == (1, "jobqueue.errors.UnstorableValue")
+    assert "the return value is 2002 bytes, over the 1000-byte limit" in letter.last_error
+    assert Job.objects.get(pk=big.id).return_value is None
+    assert Job.objects.get(pk=fits.id).return_value == "x" * 998
+
+
 def test_task_with_context_sees_its_attempt():
     result = tasks.with_context.enqueue(5)
     burst()

@@ -192,7 +192,7 @@ def test_signal_to_a_workflow_not_waiting_for_it_is_kept_for_later(sink):
         (["signal", "{id}", "go", "--payload", "[1e999]"], "payload must be JSON"),
         (["signal", "{id}", "go", "--payload", '"a\\u0000b"'], "NUL"),
         (["signal", "{id}", "go", "--payload", '"\\ud800"'], "payload must be JSON"),
-        (["signal", "{id}", "go", "--payload", "[" * 100_000], "not valid JSON"),
+        (["signal", "{id}", "go", "--payload", "[" * 100_000], "nests deeper than 64 levels"),
         (["signal", "{id}", "go", "--payload", json.dumps("x" * 2_000_000)], "over the"),
         (["signal", "{id}", ""], "may not be empty"),
         (["signal", "{id}", "  "], "may not be empty"),

@@ -133,6 +133,18 @@ def test_a_permanent_error_in_a_step_dead_letters_at_once(sink):
     assert "jobqueue.errors.PermanentError: z refused" in DeadLetter.objects.get(job=job).last_error
 
 
+def test_a_step_result_over_the_payload_limit_dead_letters_the_workflow_at_once(settings):
+    """As a task's return value: the workflow page read every step's result whole."""
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_PAYLOAD_BYTES": 1_000}
+    big, fits = wf.big_step.enqueue(2_000), wf.big_step.enqueue(998)
+    burst(concurrency=1)
+    letter = DeadLetter.objects.get(job_id=big.id)
+    assert (letter.attempts, letter.error_class) == (1, "jobqueue.workflows.StepFailed")
+    assert "the result of step 'text' is 2002 bytes, over the 1000-byte limit" in letter.last_error
+    assert not WorkflowStep.objects.filter(workflow_id=big.id, state="done").exists()
+    assert Job.objects.get(pk=fits.id).return_value == 998
+
+
 def test_a_long_sleep_holds_no_worker_and_wakes_when_the_clock_passes(sink):
     clock = Clock()
     result = wf.sleeper.enqueue("s", 7 * 24 * 3600)

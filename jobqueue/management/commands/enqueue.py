@@ -1,5 +1,4 @@
 import inspect
-import json
 from datetime import timedelta
 
 from django.db import DataError
@@ -7,7 +6,9 @@ from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
+from jobqueue import store
 from jobqueue.backend import load_task
+from jobqueue.errors import UnstorableValue
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import Job
@@ -17,8 +18,10 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0  # ten years: beyond it, a date arithmetic ov
 
 def parse_json(option, text, kind):
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int too long to read
+        value = store.loads(text, option)
+    except UnstorableValue as exc:  # nested past the one depth limit
+        raise usage_error(str(exc)) from None
+    except ValueError as exc:  # JSONDecodeError, an int too long to read
         raise usage_error(f"{option} is not valid JSON: {exc}") from exc
     if not isinstance(value, kind):
         raise usage_error(f"{option} must be a JSON {'array' if kind is list else 'object'}")

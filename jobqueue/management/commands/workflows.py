@@ -7,11 +7,10 @@ A dead workflow is replayed through its dead letter (`manage.py deadletters repl
 resumes it at the step it died at; this command has no replay of its own.
 """
 
-import json
-
 from django.db import DataError, transaction
 
-from jobqueue import workflows
+from jobqueue import store, workflows
+from jobqueue.errors import UnstorableValue
 from jobqueue.management import cli
 from jobqueue.models import (
     MAX_ID,
@@ -212,8 +211,10 @@ class Command(cli.Command):
         payload = None
         if opts["payload"] is not None:
             try:
-                payload = json.loads(opts["payload"])
-            except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int too long to read
+                payload = store.loads(opts["payload"], "--payload")
+            except UnstorableValue as exc:  # nested past the one depth limit
+                raise cli.usage_error(str(exc)) from None
+            except ValueError as exc:  # JSONDecodeError, an int too long to read
                 raise cli.usage_error(f"--payload is not valid JSON: {exc}") from None
         try:
             # One transaction: the workflow row `signal` locks is read here before it commits,
