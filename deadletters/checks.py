@@ -62,6 +62,15 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E004",
             )
         )
+    elif not _has_htmx_script():
+        found.append(
+            checks.Error(
+                "The dead-letter console's pages load htmx with django-htmx's {% htmx_script %}, "
+                "which this django-htmx is too old to have: every page would be a server error.",
+                hint="pip install 'django-htmx>=1.25'",
+                id="redrive.E034",
+            )
+        )
     for source in conf.get("SOURCES"):
         try:
             found_source = sources.register(source) if "." in source else sources.get(source)
@@ -118,6 +127,12 @@ def console_setup(app_configs=None, **kwargs):
             )
         )
     return found
+
+
+def _has_htmx_script() -> bool:
+    from django_htmx.templatetags import django_htmx
+
+    return callable(getattr(django_htmx, "htmx_script", None))
 
 
 def triage_settings(app_configs=None, **kwargs):

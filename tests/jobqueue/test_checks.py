@@ -156,6 +156,20 @@ def test_the_console_without_htmx_middleware_is_an_error(settings):
     assert HTMX_MIDDLEWARE in found[0].hint
 
 
+def test_a_django_htmx_without_htmx_script_is_an_error(monkeypatch):
+    """django-htmx before 1.25 has no {% htmx_script %}, which the console's base template
+    uses: check must refuse it rather than every console page being a server error."""
+    from django_htmx.templatetags import django_htmx
+
+    from deadletters.checks import console_setup
+
+    assert console_setup() == []
+    monkeypatch.delattr(django_htmx, "htmx_script")
+    found = console_setup()
+    assert ids(found) == ["redrive.E034"]
+    assert "django-htmx>=1.25" in found[0].hint
+
+
 def test_a_configured_source_whose_package_is_missing_names_the_extra(settings, monkeypatch):
     from deadletters import checks as console_checks
 
