@@ -173,9 +173,15 @@ DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 512
 
 
+# Seconds a destination may take to connect, and then to answer (a webhook) or confirm a batch
+# (RabbitMQ), unless its settings say otherwise. Both together stay under half the relay's
+# default lease (OUTBOX["LEASE_SECONDS"], 30 s), which the relay only renews between sends.
+DEFAULT_TIMEOUT = 5.0
+
+
 def timeouts(config: dict) -> tuple[float, float]:
-    """A destination's (connect, read) timeouts: each defaults to "timeout", itself 10 s."""
-    timeout = float(config.get("timeout", 10.0))
+    """A destination's (connect, read) timeouts: each defaults to "timeout", itself 5 s."""
+    timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     return (
         float(config.get("connect_timeout", timeout)),
         float(config.get("read_timeout", timeout)),
@@ -351,7 +357,7 @@ class RabbitMQPublisher(Publisher):
         self.pika = pika
         self.name = name
         self.parameters = pika.URLParameters(config["url"])
-        self.timeout = float(config.get("timeout", 10.0))
+        self.timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
         self.parameters.socket_timeout = self.timeout
         self.parameters.blocked_connection_timeout = self.timeout
         self.parameters.connection_attempts = 1
