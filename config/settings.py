@@ -98,6 +98,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("REDRIVE_LOGIN_LOCKOU
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# What an attempt records, made storable first (config/attempts.py says why).
+AXES_USERNAME_CALLABLE = "config.attempts.username"
+AXES_HANDLER = "config.attempts.Handler"
 # Behind N reverse proxies the client address is the Nth from the right of X-Forwarded-For.
 if os.environ.get("REDRIVE_PROXY_COUNT"):
     AXES_IPWARE_PROXY_COUNT = int(os.environ["REDRIVE_PROXY_COUNT"])
@@ -158,7 +161,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "/deadletters/"
+LOGIN_REDIRECT_URL = "deadletters:overview"  # signing in at the sign-in page itself
 LOGOUT_URL = "logout"  # the console's "Log out" posts here (no setting: no button)
 LOGOUT_REDIRECT_URL = "login"
 

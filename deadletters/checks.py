@@ -42,7 +42,7 @@ def console_setup(app_configs=None, **kwargs):
     from django.apps import apps
     from django.conf import settings
 
-    from jobqueue.checks import installed
+    from jobqueue.checks import closest, installed
     from jobqueue.store import sources
 
     found = []
@@ -62,15 +62,28 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E004",
             )
         )
-    for source in conf.get("SOURCES"):
+    elif not _has_htmx_script():
+        found.append(
+            checks.Error(
+                "The dead-letter console's pages load htmx with django-htmx's {% htmx_script %}, "
+                "which this django-htmx is too old to have: every page would be a server error.",
+                hint="pip install 'django-htmx>=1.25'",
+                id="redrive.E034",
+            )
+        )
+    named = conf.get("SOURCES")
+    named = list(named) if isinstance(named, list | tuple) else []  # else E009
+    for source in [*named, *_configured_brokers(set(named))]:
         try:
             found_source = sources.register(source) if "." in source else sources.get(source)
             needs = found_source.requires
         except Exception as exc:  # noqa: BLE001 - a host's source may fail in any way
+            close = closest(str(source), sources.names())
             found.append(
                 checks.Error(
                     f"Unknown dead-letter source {source!r}: {exc!r}"[:500],
-                    hint=f"Sources are {', '.join(sorted(sources.names()))}, or the dotted path "
+                    hint=(f"Did you mean {close!r}? " if close else "")
+                    + f"Sources are {', '.join(sorted(sources.names()))}, or the dotted path "
                     "of a jobqueue.store.sources.Source.",
                     id="redrive.E005",
                 )
@@ -117,6 +130,35 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E021",
             )
         )
+    return found
+
+
+def _has_htmx_script() -> bool:
+    from django_htmx.templatetags import django_htmx
+
+    return callable(getattr(django_htmx, "htmx_script", None))
+
+
+def _configured_brokers(named: set[str]) -> list[str]:
+    """The brokers' sources that SOURCES does not name but whose settings are set: a worker
+    syncs their queues all the same, so they are checked all the same, and so is a dict that
+    says anything but "queues" (a misspelt "queues" would otherwise turn the source off
+    unseen). An explicit empty "queues" is off."""
+    from jobqueue.conf import setting
+    from jobqueue.store import sources
+
+    found = []
+    for name in sources.BUILTIN:
+        try:
+            source = sources.get(name)
+        except Exception:  # noqa: BLE001 - a source that will not load is E005's, if named
+            continue
+        key = getattr(source, "settings_key", "")
+        value = setting(key) if key else None
+        if name in named or not isinstance(value, dict) or not value:  # a wrong kind: E009
+            continue
+        if source.configured() or "queues" not in value:
+            found.append(name)
     return found
 
 

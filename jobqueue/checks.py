@@ -258,13 +258,11 @@ SEVERAL_KINDS = frozenset({"LISTEN_DSN"})
 
 @checks.register(checks.Tags.compatibility, TAG)
 def check_settings(app_configs=None, **kwargs):
-    """REDRIVE holds only keys some app declared, each of the kind of its default; settings
-    of earlier versions are named with where they moved."""
-    import difflib
-
+    """REDRIVE holds only keys some app declared, each of the kind of its default, and so do
+    its nested settings dicts (conf.nested()); settings of earlier versions are named with
+    where they moved."""
     from jobqueue import conf
 
-    found = []
     raw = getattr(settings, conf.NAME, {})
     if not isinstance(raw, dict):
         return [
@@ -273,31 +271,11 @@ def check_settings(app_configs=None, **kwargs):
                 id="redrive.E007",
             )
         ]
-    declared = conf.declared()
-    for key, value in raw.items():
-        if key not in declared:
-            close = difflib.get_close_matches(str(key), declared, n=1)
-            found.append(
-                checks.Error(
-                    f"REDRIVE[{key!r}] is not a Redrive setting.",
-                    hint=f"Did you mean {close[0]!r}?" if close else "README lists the keys.",
-                    id="redrive.E008",
-                )
-            )
-            continue
-        default, _app = declared[key]
-        # A default of None (off) takes a value of any kind: its app checks it; so do the keys
-        # that take more than one kind, each checked by a check of its own.
-        if key in SEVERAL_KINDS:
-            continue
-        if default is not None and _kind(value) != _kind(default):
-            found.append(
-                checks.Error(
-                    f"REDRIVE[{key!r}] must be {_kind(default)}, not {value!r}.",
-                    hint=f"The default is {default!r}.",
-                    id="redrive.E009",
-                )
-            )
+    declared = {key: default for key, (default, _app) in conf.declared().items()}
+    found = key_findings("REDRIVE", raw, declared)
+    for key, keys in conf.nested().items():
+        if isinstance(raw.get(key), dict):  # else the wrong kind, reported above
+            found += key_findings(f"REDRIVE[{key!r}]", raw[key], keys)
     for name in dir(settings):
         if name in conf.top_level():
             continue
@@ -315,6 +293,128 @@ def check_settings(app_configs=None, **kwargs):
                 )
             )
     return found
+
+
+def key_findings(where: str, values: dict, defaults: dict) -> list[checks.CheckMessage]:
+    """`values` (a settings dict) holds only keys of `defaults`, each of its default's kind. A
+    default of None (off) takes a value of any kind, its app checks it; so do the keys that
+    take more than one kind (SEVERAL_KINDS), each checked by a check of its own."""
+    found = unknown_keys(where, values, defaults)
+    for key, value in values.items():
+        if key not in defaults or key in SEVERAL_KINDS:
+            continue
+        default = defaults[key]
+        if default is not None and _kind(value) != _kind(default):
+            found.append(
+                checks.Error(
+                    f"{where}[{key!r}] must be {_kind(default)}, not {value!r}.",
+                    hint=f"The default is {default!r}.",
+                    id="redrive.E009",
+                )
+            )
+    return found
+
+
+def unknown_keys(where: str, values: dict, known) -> list[checks.CheckMessage]:
+    """An error per key of `values` not among `known`, naming the closest known one."""
+    found = []
+    for key in values:
+        if key in known:
+            continue
+        close = closest(str(key), known)
+        found.append(
+            checks.Error(
+                f"{where}[{key!r}] is not a Redrive setting.",
+                hint=f"Did you mean {close!r}?"
+                if close
+                else f"Known: {', '.join(map(repr, known)) or 'none'} (README, 'Settings').",
+                id="redrive.E008",
+            )
+        )
+    return found
+
+
+@checks.register(checks.Tags.compatibility, TAG)
+def check_outbox(app_configs=None, **kwargs):
+    """REDRIVE["OUTBOX"]: each route names a kind of destination and, for a webhook or RabbitMQ,
+    a destination that is configured; each destination has what its kind needs and only its
+    keys; each subscriber is a task that imports. At run time each of these dead-letters every
+    message it touches."""
+    from jobqueue import publishers
+    from jobqueue.backend import load_task
+    from jobqueue.conf import setting
+
+    outbox = setting("OUTBOX")
+    if not isinstance(outbox, dict):
+        return []  # check_settings names the wrong kind
+    where = "REDRIVE['OUTBOX']"
+    routes, destinations, subscribers = (
+        value if isinstance(value := outbox.get(key, {}), dict) else {}
+        for key in ("ROUTES", "DESTINATIONS", "SUBSCRIBERS")
+    )
+    found = []
+    kinds: dict[str, set[str]] = {}  # destination → the kinds of route sending to it
+    for pattern, spec in routes.items():
+        kind, _, name = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+        meant = None  # the spec the route most likely means
+        if not isinstance(pattern, str) or not isinstance(spec, str):
+            problem = "a route maps a topic pattern to a destination, both text"
+        elif kind not in publishers.OPTIONS:
+            problem = f"{kind!r} is not a kind of destination"
+            meant = (close := closest(kind, publishers.OPTIONS)) and f"{close}:{name}".rstrip(":")
+        elif name and name not in destinations:
+            problem = f"no destination {name!r} in {where}['DESTINATIONS']"
+            meant = (close := closest(name, destinations)) and f"{kind}:{close}"
+        elif not name and kind != "jobs":
+            problem = f"a {kind} route names its destination: '{kind}:<name>'"
+        else:
+            if name:
+                kinds.setdefault(name, set()).add(kind)
+            continue
+        found.append(
+            checks.Error(
+                f"{where}['ROUTES'][{pattern!r}] = {spec!r}: {problem}.",
+                hint=f"Did you mean {meant!r}?"
+                if meant
+                else "Routes are 'jobs', 'webhook:<destination>' or 'rabbitmq:<destination>'.",
+                id="redrive.E031",
+            )
+        )
+    for name, config in destinations.items():
+        for kind in sorted(kinds.get(name, ())):
+            label = f"{where}['DESTINATIONS'][{name!r}]"
+            if isinstance(config, dict):
+                found += unknown_keys(label, config, publishers.OPTIONS[kind])
+            for problem in publishers.destination_problems(kind, name, config):
+                found.append(
+                    checks.Error(
+                        f"{label} ({kind}): {problem}.",
+                        hint="jobqueue/outbox.py documents each kind's keys.",
+                        id="redrive.E032",
+                    )
+                )
+    for pattern, paths in subscribers.items():
+        for path in paths if isinstance(paths, list | tuple) else [paths]:
+            try:
+                load_task(path)
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                found.append(
+                    checks.Error(
+                        f"{where}['SUBSCRIBERS'][{pattern!r}]: {path!r} is not a task that "
+                        f"imports: {exc}"[:500],
+                        hint="A subscriber is the dotted path of a @task function.",
+                        id="redrive.E033",
+                    )
+                )
+    return found
+
+
+def closest(word: str, choices) -> str | None:
+    """The choice `word` is most likely a misspelling of, if any is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, [c for c in choices if isinstance(c, str)], n=1)
+    return close[0] if close else None
 
 
 @checks.register(TAG)

@@ -111,5 +111,16 @@ def declared() -> dict[str, tuple[object, str]]:
     return dict(_declared)
 
 
+def nested() -> dict[str, dict[str, object]]:
+    """REDRIVE's keys whose value is a dict of fixed keys of its own, each with its default:
+    checked as REDRIVE's own keys are (an unknown key, a value of the wrong kind). Dicts keyed
+    by names of the user's (RATE_LIMITS' queues, LISTEN_DSN's aliases, PAYLOAD_VALIDATORS'
+    tasks, OUTBOX's routes and destinations) and the brokers' dead-letter settings (their
+    sources know their keys) have checks of their own."""
+    from jobqueue import outbox  # it reads this module
+
+    return {"OUTBOX": {**outbox.DEFAULTS, **{key: DEFAULTS[key] for key in outbox.FROM_JOBQUEUE}}}
+
+
 # The queue's code reads its policy through this name.
 policy = setting

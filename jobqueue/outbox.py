@@ -25,7 +25,7 @@ REDRIVE_OUTBOX environment variable):
             "billing": {
                 "url": "https://billing.example/hooks/redrive",
                 "secret": "…",                # HMAC-SHA256 key for the signature header
-                "connect_timeout": 3.0,       # seconds (or "timeout" for both)
+                "connect_timeout": 3.0,       # seconds (or "timeout" for both; default 5)
                 "read_timeout": 10.0,
                 "headers": {},                # extra request headers
                 "concurrency": 8,             # requests in flight at once (1 to 512)
@@ -35,7 +35,7 @@ REDRIVE_OUTBOX environment variable):
                 "exchange": "events",         # "" is the default exchange
                 "routing_key": "{topic}",     # format fields: topic, key, message_id
                 "mandatory": True,            # unroutable → transient failure, not silent loss
-                "timeout": 10.0,              # seconds to connect, and for a batch's confirms
+                "timeout": 5.0,               # seconds to connect, and for a batch's confirms
             },
         },
         # topic pattern -> task paths; each subscribed task gets one job per message, called

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import http.client
 import logging
+import math
 import os
 import ssl
 import threading
@@ -173,9 +174,15 @@ DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 512
 
 
+# Seconds a destination may take to connect, and then to answer (a webhook) or confirm a batch
+# (RabbitMQ), unless its settings say otherwise. Both together stay under half the relay's
+# default lease (OUTBOX["LEASE_SECONDS"], 30 s), which the relay only renews between sends.
+DEFAULT_TIMEOUT = 5.0
+
+
 def timeouts(config: dict) -> tuple[float, float]:
-    """A destination's (connect, read) timeouts: each defaults to "timeout", itself 10 s."""
-    timeout = float(config.get("timeout", 10.0))
+    """A destination's (connect, read) timeouts: each defaults to "timeout", itself 5 s."""
+    timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     return (
         float(config.get("connect_timeout", timeout)),
         float(config.get("read_timeout", timeout)),
@@ -351,7 +358,7 @@ class RabbitMQPublisher(Publisher):
         self.pika = pika
         self.name = name
         self.parameters = pika.URLParameters(config["url"])
-        self.timeout = float(config.get("timeout", 10.0))
+        self.timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
         self.parameters.socket_timeout = self.timeout
         self.parameters.blocked_connection_timeout = self.timeout
         self.parameters.connection_attempts = 1
@@ -578,6 +585,67 @@ def _reason(reason) -> str:
 # --- routing ------------------------------------------------------------------------------
 
 KINDS = {"webhook": WebhookPublisher, "rabbitmq": RabbitMQPublisher}
+
+NUMBER = (int, float)
+# What a destination's settings (OUTBOX["DESTINATIONS"][name]) may hold, by the kind of route
+# that sends to it, and the kind of each value (`manage.py check`: jobqueue/checks.py).
+OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "jobs": {"max_attempts": int},
+    "webhook": {
+        "url": str,
+        "secret": str,
+        "timeout": NUMBER,
+        "connect_timeout": NUMBER,
+        "read_timeout": NUMBER,
+        "headers": dict,
+        "concurrency": int,
+        "max_attempts": int,
+    },
+    "rabbitmq": {
+        "url": str,
+        "exchange": str,
+        "routing_key": str,
+        "mandatory": bool,
+        "timeout": NUMBER,
+        "max_attempts": int,
+    },
+}
+
+
+def destination_problems(kind: str, name: str, config) -> list[str]:
+    """What would keep the relay from sending to a destination of this kind, in words (its
+    keys outside OPTIONS aside): each is a message the relay would otherwise dead-letter."""
+    if not isinstance(config, dict):
+        return [f"must be a dict, not {type(config).__name__}"]
+    found = []
+    for key, wanted in OPTIONS[kind].items():
+        if key not in config:
+            continue
+        value = config[key]
+        if isinstance(value, bool) is not (wanted is bool) or not isinstance(value, wanted):
+            found.append(f"{key!r} has the wrong kind of value: {value!r}")
+        elif wanted is NUMBER and not (0 < value < math.inf):
+            found.append(f"{key!r} must be a positive number of seconds, not {value!r}")
+        elif key == "max_attempts" and value < 1:
+            found.append(f"'max_attempts' must be at least 1, not {value!r}")
+    if found:
+        return found
+    if kind == "webhook":
+        headers = config.get("headers", {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            found.append("'headers' must map header names to text")
+        try:
+            WebhookPublisher(name, config)
+        except ValueError as exc:
+            found.append(str(exc))
+    elif kind == "rabbitmq":
+        if not config.get("url"):
+            found.append(f"rabbitmq destination {name!r} has no url")
+        try:
+            config.get("routing_key", "{topic}").format(topic="t", key="k", message_id="1")
+        except (KeyError, IndexError, ValueError) as exc:
+            found.append(f"'routing_key' must be a format of topic, key and message_id: {exc!r}")
+    return found
 
 
 def build(spec: str | None, *, using: str = "default") -> Publisher:

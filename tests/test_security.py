@@ -251,6 +251,48 @@ def test_a_success_resets_the_count(viewer):
     assert attempt(Client(), "pw-for-tests").status_code == 302
 
 
+# What django-axes stores of an attempt (the username, User-Agent and Accept, in columns of
+# fixed length) is made storable first: PostgreSQL refuses NUL and over-long values, which made
+# such a sign-in a server error that axes never counted, so it could be repeated without limit.
+UNSTORABLE = {
+    "a 256-character username": {"username": "v" * 256},
+    "a NUL in the User-Agent": {"HTTP_USER_AGENT": "Mozilla/5.0\x00evil"},
+    "a NUL in Accept": {"HTTP_ACCEPT": "text/html\x00"},
+}
+
+
+def odd_attempt(client, password, *, username="viewer", **headers):
+    return client.post(
+        reverse("login"),
+        {"username": username, "password": password},
+        REMOTE_ADDR="10.0.0.9",
+        **headers,
+    )
+
+
+@pytest.mark.parametrize("odd", UNSTORABLE.values(), ids=UNSTORABLE)
+def test_an_unstorable_attempt_is_a_wrong_password_and_counts_toward_the_lockout(viewer, odd):
+    client = Client(raise_request_exception=False)
+    for _ in range(4):
+        answer = odd_attempt(client, "wrong", **odd)
+        assert answer.status_code == 200
+        assert b"didn't match" in answer.content
+    assert odd_attempt(client, "wrong", **odd).status_code == 429  # the fifth failure locks
+    assert odd_attempt(client, "wrong", **odd).status_code == 429
+
+
+@pytest.mark.parametrize("header", ["HTTP_USER_AGENT", "HTTP_ACCEPT"], ids=["User-Agent", "Accept"])
+def test_a_nul_in_a_header_does_not_stop_a_right_password(viewer, header):
+    client = Client(raise_request_exception=False)
+    answer = odd_attempt(client, "pw-for-tests", **{header: "x\x00y"})
+    assert answer.status_code == 302
+    assert client.session["_auth_user_id"] == str(viewer.pk)
+    from axes.models import AccessLog
+
+    log = AccessLog.objects.get()
+    assert "\x00" not in log.user_agent + log.http_accept
+
+
 # --- server errors are logged ------------------------------------------------------------
 
 

@@ -52,3 +52,45 @@ def test_the_example_project_offers_logout_and_links_health_inside_the_console(o
     html = operator_client.get(reverse("deadletters:overview")).content.decode()
     assert re.search(r'<form class="whoami" method="post" action="/accounts/logout/">', html)
     assert 'href="/deadletters/health/"' in html
+
+
+@pytest.fixture
+def host_without_admin(settings):
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django.contrib.admin"]
+    settings.ROOT_URLCONF = "tests.urls_without_admin"
+    settings.LOGIN_URL = "login"
+    settings.LOGOUT_URL = "logout"
+    settings.LOGIN_REDIRECT_URL = "/accounts/profile/"  # Django's defaults
+    settings.LOGOUT_REDIRECT_URL = None
+
+
+def test_logging_out_without_the_admin_shows_the_consoles_page_and_leads_back_in(
+    host_without_admin, operator, client
+):
+    client.force_login(operator)
+    console = client.get("/ops/").content.decode()
+    assert '<form class="whoami" method="post" action="/accounts/logout/">' in console
+    page = client.post("/accounts/logout/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "deadletters/console.css" in html and "<h1>Logged out</h1>" in html
+    assert "Django administration" not in html and "/admin/" not in html
+    (again,) = re.findall(r'<a href="([^"]+)">Log in again</a>', html)
+    assert again == "/ops/"
+    to_sign_in = client.get(again)
+    assert to_sign_in["Location"] == "/accounts/login/?next=/ops/"
+    signed_in = client.post(
+        to_sign_in["Location"], {"username": "operator", "password": "pw-for-tests"}
+    )
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/ops/"
+
+
+def test_the_example_project_signs_in_to_the_console_and_out_to_its_sign_in_page(operator, client):
+    """Signing in at the sign-in page itself (no ?next=) lands in the console, not on Django's
+    default /accounts/profile/; logging out lands on the sign-in page."""
+    signed_in = client.post(reverse("login"), {"username": "operator", "password": "pw-for-tests"})
+    assert signed_in["Location"] == reverse("deadletters:overview")
+    assert client.get(signed_in["Location"]).status_code == 200
+    signed_out = client.post(reverse("logout"))
+    assert signed_out["Location"] == reverse("login")
+    assert 'name="password"' in client.get(signed_out["Location"]).content.decode()

@@ -156,6 +156,20 @@ def test_the_console_without_htmx_middleware_is_an_error(settings):
     assert HTMX_MIDDLEWARE in found[0].hint
 
 
+def test_a_django_htmx_without_htmx_script_is_an_error(monkeypatch):
+    """django-htmx before 1.25 has no {% htmx_script %}, which the console's base template
+    uses: check must refuse it rather than every console page being a server error."""
+    from django_htmx.templatetags import django_htmx
+
+    from deadletters.checks import console_setup
+
+    assert console_setup() == []
+    monkeypatch.delattr(django_htmx, "htmx_script")
+    found = console_setup()
+    assert ids(found) == ["redrive.E034"]
+    assert "django-htmx>=1.25" in found[0].hint
+
+
 def test_a_configured_source_whose_package_is_missing_names_the_extra(settings, monkeypatch):
     from deadletters import checks as console_checks
 
@@ -233,3 +247,163 @@ def test_keys_are_read_from_redrive_with_their_defaults(settings):
     del settings.REDRIVE
     assert conf.policy("LEASE_SECONDS") == 30.0
     assert checks.check_settings() == []
+
+
+# --- nested settings: REDRIVE["OUTBOX"] --------------------------------------------------
+
+HOOK = {"url": "https://billing.example/hooks", "secret": "s3cret"}
+BROKER = {"url": "amqp://guest:guest@127.0.0.1:5672/%2F", "exchange": "events"}
+
+
+def outbox_findings(settings, **outbox):
+    settings.REDRIVE = {"OUTBOX": outbox}
+    return checks.check_settings() + checks.check_outbox()
+
+
+def test_the_readmes_outbox_passes_every_check(settings):
+    outbox = {
+        "ROUTES": {"order.*": "jobs", "billing.*": "webhook:billing", "audit.*": "rabbitmq:events"},
+        "DESTINATIONS": {"billing": {**HOOK, "concurrency": 8}, "events": BROKER},
+        "SUBSCRIBERS": {"order.created": ["tests.tasks.effect"]},
+        "BATCH_SIZE": 100,
+        "RELAY_IN_WORKER": True,
+        "MAX_ATTEMPTS": 3,
+    }
+    assert outbox_findings(settings, **outbox) == []
+
+
+def test_an_unknown_outbox_key_is_named_with_the_closest_one(settings):
+    found = outbox_findings(settings, ROUTE={"order.*": "jobs"}, BATCH_SIZE="200")
+    assert ids(found) == ["redrive.E008", "redrive.E009"]
+    assert found[0].msg == "REDRIVE['OUTBOX']['ROUTE'] is not a Redrive setting."
+    assert found[0].hint == "Did you mean 'ROUTES'?"
+    assert "REDRIVE['OUTBOX']['BATCH_SIZE'] must be a number" in found[1].msg
+
+
+@pytest.mark.parametrize(
+    "spec, says, hint",
+    [
+        ("webhook:biling", "no destination 'biling'", "Did you mean 'webhook:billing'?"),
+        ("webhok:billing", "'webhok' is not a kind", "Did you mean 'webhook:billing'?"),
+        ("rabbitmq:events", "no destination 'events'", "Routes are"),
+        ("kafka:billing", "'kafka' is not a kind of destination", "Routes are"),
+        ("webhook", "a webhook route names its destination", "Routes are"),
+        ("jobs:bulk", "no destination 'bulk'", "Routes are"),
+    ],
+)
+def test_a_route_to_an_unknown_destination_is_an_error(settings, spec, says, hint):
+    found = outbox_findings(settings, ROUTES={"billing.*": spec}, DESTINATIONS={"billing": HOOK})
+    assert ids(found) == ["redrive.E031"]
+    assert found[0].msg.startswith(f"REDRIVE['OUTBOX']['ROUTES']['billing.*'] = {spec!r}: ")
+    assert says in found[0].msg
+    assert found[0].hint.startswith(hint)
+
+
+@pytest.mark.parametrize(
+    "kind, config, says",
+    [
+        ("webhook", {"url": "https://billing.example/"}, "has no secret to sign with"),
+        ("webhook", {**HOOK, "url": "ftp://billing.example/"}, "url must be http or https"),
+        ("webhook", {**HOOK, "concurrency": 0}, "concurrency must be an integer from 1"),
+        ("webhook", {**HOOK, "read_timeout": "10"}, "'read_timeout' has the wrong kind"),
+        ("webhook", {**HOOK, "timeout": -1}, "'timeout' must be a positive number"),
+        ("webhook", {**HOOK, "headers": {"X-Tenant": 7}}, "'headers' must map header names"),
+        ("webhook", {**HOOK, "max_attempts": 0}, "'max_attempts' must be at least 1"),
+        ("rabbitmq", {"exchange": "events"}, "has no url"),
+        ("rabbitmq", {**BROKER, "routing_key": "{nope}"}, "'routing_key' must be a format"),
+        ("rabbitmq", {**BROKER, "mandatory": "yes"}, "'mandatory' has the wrong kind"),
+        ("webhook", "https://billing.example/", "must be a dict, not str"),
+    ],
+)
+def test_a_destination_the_relay_could_not_send_to_is_an_error(settings, kind, config, says):
+    found = outbox_findings(
+        settings, ROUTES={"billing.*": f"{kind}:billing"}, DESTINATIONS={"billing": config}
+    )
+    assert ids(found) == ["redrive.E032"]
+    assert found[0].msg.startswith(f"REDRIVE['OUTBOX']['DESTINATIONS']['billing'] ({kind}): ")
+    assert says in found[0].msg
+
+
+def test_a_misspelt_destination_key_is_named_with_the_closest_one(settings):
+    found = outbox_findings(
+        settings,
+        ROUTES={"billing.*": "webhook:billing"},
+        DESTINATIONS={"billing": {**HOOK, "read_timout": 3.0}},
+    )
+    assert ids(found) == ["redrive.E008"]
+    assert "['DESTINATIONS']['billing']['read_timout']" in found[0].msg
+    assert found[0].hint == "Did you mean 'read_timeout'?"
+
+
+def test_a_subscriber_that_is_not_a_task_that_imports_is_an_error(settings):
+    found = outbox_findings(
+        settings,
+        ROUTES={"order.*": "jobs"},
+        SUBSCRIBERS={
+            "order.created": ["tests.tasks.effect", "shop.tasks.send_confirmation"],
+            "order.paid": "tests.tasks.no_such_task",
+            "order.shipped": "tests.broken_tasks.on_import.anything",
+            "order.lost": ["jobqueue.checks.check_outbox"],
+        },
+    )
+    assert ids(found) == ["redrive.E033"] * 4
+    named = [message.msg.split(": ")[1] for message in found]
+    assert named == [
+        "'shop.tasks.send_confirmation' is not a task that imports",
+        "'tests.tasks.no_such_task' is not a task that imports",
+        "'tests.broken_tasks.on_import.anything' is not a task that imports",
+        "'jobqueue.checks.check_outbox' is not a task that imports",
+    ]
+
+
+def test_manage_py_check_refuses_a_broken_outbox(settings):
+    from django.core.management.base import SystemCheckError
+
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": {"ROUTES": {"audit.*": "rabbitmq:evnts"}}}
+    with pytest.raises(SystemCheckError, match=r"redrive\.E031"):
+        call_command("check", tags=["redrive"])
+
+
+def test_a_brokers_dead_letter_settings_are_checked_though_sources_does_not_name_it(settings):
+    """A worker syncs the queues of RABBITMQ_DEAD_LETTERS whether or not SOURCES names it."""
+    from deadletters.checks import console_setup
+
+    settings.REDRIVE = {
+        "SOURCES": ["jobqueue"],
+        "RABBITMQ_DEAD_LETTERS": {"url": "amqp://127.0.0.1:5672/%2F", "queue": ["orders.dead"]},
+    }
+    found = console_setup()
+    assert ids(found) == ["redrive.E029", "redrive.E029"]
+    assert 'names no "queues" to mirror' in found[0].msg
+    assert "unknown key 'queue'" in found[1].msg
+    settings.REDRIVE = {"SOURCES": ["jobqueue"]}
+    assert console_setup() == []
+
+
+def test_an_unknown_source_is_named_with_the_closest_one(settings):
+    from deadletters.checks import console_setup
+
+    settings.REDRIVE = {"SOURCES": ["jobqueue", "rabbitqm"]}
+    found = console_setup()
+    assert ids(found) == ["redrive.E005"]
+    assert found[0].hint.startswith("Did you mean 'rabbitmq'? Sources are")
+
+
+def test_every_check_id_is_in_the_readmes_table():
+    import re
+
+    from tests.conftest import BASE_DIR
+
+    raised = set()
+    for app in ("jobqueue", "deadletters"):
+        for path in (BASE_DIR / app).rglob("*.py"):
+            raised |= set(re.findall(r'"redrive\.([EW]\d{3})"', path.read_text()))
+    readme = (BASE_DIR / "README.md").read_text()
+    table = readme[readme.index("### System checks") :].split("\n\n")[1]
+    listed = set()
+    for row in table.splitlines()[2:]:
+        cell = row.split("|")[1]
+        for first, last in re.findall(r"([EW]\d{3})(?:`?\u2013`?([EW]\d{3}))?", cell):
+            numbers = range(int(first[1:]), int((last or first)[1:]) + 1)
+            listed |= {f"{first[0]}{n:03d}" for n in numbers}
+    assert raised == listed

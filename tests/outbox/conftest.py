@@ -144,6 +144,8 @@ def outbox_config(hook_url=None, **extra):
                 "connect_timeout": 2.0,
                 "read_timeout": 5.0,
             },
+            # Nothing listens there: the RabbitMQ tests point it at their broker.
+            "events": {"url": "amqp://guest:guest@127.0.0.1:9/%2F", "exchange": "events"},
         },
         "SUBSCRIBERS": {
             "order.created": ["tests.tasks.effect", "tests.outbox.tasks.on_order_created"]

@@ -322,6 +322,40 @@ def test_a_destination_slower_than_half_the_lease_is_flagged_at_start(settings, 
     assert "destination_slower_than_lease relay=tight destination=hooks" in caplog.text
 
 
+def readme_outbox() -> dict:
+    """The README's REDRIVE["OUTBOX"] example, as written."""
+    import re
+
+    from tests.conftest import BASE_DIR
+
+    text = (BASE_DIR / "README.md").read_text()
+    (block,) = re.findall(r'^```python\n(REDRIVE\["OUTBOX"\] = .*?)^```', text, re.S | re.M)
+    scope = {"REDRIVE": {}}
+    exec(block, scope)
+    return scope["REDRIVE"]["OUTBOX"]
+
+
+def test_the_readmes_destinations_start_a_relay_without_a_warning(settings, caplog):
+    """Their timeouts are the defaults, whose sum stays under half the default lease; one that
+    can outlast half of it is still flagged."""
+    config = readme_outbox()
+    assert set(config["DESTINATIONS"]) == {"billing", "events"}
+    settings.REDRIVE = {**settings.REDRIVE, "OUTBOX": config}
+    Relay(relay_id="as-documented", burst=True).run()
+    assert "event=relay_started relay=as-documented" in caplog.text
+    assert "destination_slower_than_lease" not in caplog.text
+    config["DESTINATIONS"]["billing"]["read_timeout"] = 12.0
+    config["DESTINATIONS"]["events"]["timeout"] = 8.0
+    Relay(relay_id="slow", burst=True).run()
+    flagged = [r.getMessage() for r in caplog.records if "slower_than_lease" in r.getMessage()]
+    assert [line.split(" advice=")[0] for line in flagged] == [
+        "event=destination_slower_than_lease relay=slow destination=billing "
+        "connect_plus_read=17.0s lease=30.0s",
+        "event=destination_slower_than_lease relay=slow destination=events "
+        "connect_plus_read=16.0s lease=30.0s",
+    ]
+
+
 def test_a_batchs_webhooks_go_out_side_by_side_bounded_by_the_destinations_concurrency(
     settings, hook_server, clock
 ):

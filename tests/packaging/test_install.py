@@ -3,10 +3,11 @@
 The wheel is built from this checkout and installed, with Django and nothing of the example
 project, into a new virtual environment; the README's "Install into your project" blocks are
 applied to the new project as written (settings and urls blocks appended, shell lines run; the
-pip line installs the wheel with the same extras, createoperator gets --password since no one
-is at a terminal, runworker gets --burst so it returns). Then a view of the host's own enqueues
-inside `transaction.atomic()`, a worker runs the job, an operator browses every console page
-under /ops/ and replays a dead letter from the command line. All with django-q2, pika and
+pip line installs the wheel with the same extras, createoperator takes its password from
+REDRIVE_OPERATOR_PASSWORD since no one is at a terminal, runworker gets --burst so it returns).
+Then a view of the host's own enqueues inside `transaction.atomic()`, a worker runs the job, an
+operator signs in and out and browses every console page under /ops/ and replays a dead letter
+from the command line. All with django-q2, pika and
 prometheus-client absent; then again with `redrive[django-q2]` and the bridge on.
 """
 
@@ -183,6 +184,15 @@ assert 'name="password"' in client.get(sign_in).content.decode()
 signed_in = client.post(sign_in, {"username": "alice", "password": PASSWORD})
 assert signed_in.status_code == 302 and signed_in["Location"] == "/ops/list/", signed_in
 assert not get_user_model().objects.get(username="alice").is_staff
+# Signing in at the sign-in page itself lands in the console; logging out, on the sign-in page
+# again, in the console's look (not the admin's "Logged out", whose link alice cannot use).
+direct = Client()
+landed = direct.post("/accounts/login/", {"username": "alice", "password": PASSWORD})
+assert landed.status_code == 302 and landed["Location"] == "/ops/", landed
+assert "Log out" in direct.get("/ops/").content.decode()
+signed_out = direct.post("/accounts/logout/")
+assert signed_out.status_code == 302 and signed_out["Location"] == "/accounts/login/", signed_out
+assert "deadletters/console.css" in direct.get("/accounts/login/").content.decode()
 pages = ["", "list/", "list/count/", f"{letter.pk}/", "audit/", "health/"]
 for page in pages:
     response = client.get(f"/ops/{page}")
@@ -223,7 +233,8 @@ def make_host_project(tmp_path, wheel, server_database, extras: str) -> HostProj
     run(uv, "venv", "--quiet", "--python", sys.executable, venv)
     python = venv / "bin" / "python"
     steps = readme_steps()
-    assert [lang for lang, _ in steps] == ["sh", "python", "python", "python", "sh", "sh"]
+    langs = [lang for lang, _ in steps]
+    assert langs == ["sh", "python", "python", "python", "python", "sh", "sh"], langs
 
     # Step 1: the README's pip line, installing this checkout's wheel with the extras it names.
     (pip_line,) = steps[0][1].strip().splitlines()
@@ -234,6 +245,7 @@ def make_host_project(tmp_path, wheel, server_database, extras: str) -> HostProj
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL"))}
     env["PYTHONPATH"] = ""
+    env["REDRIVE_OPERATOR_PASSWORD"] = PASSWORD
     run(venv / "bin" / "django-admin", "startproject", "hostsite", tmp_path / "proj", env=env)
     root = tmp_path / "proj"
     site = root / "hostsite"
@@ -260,7 +272,7 @@ def make_host_project(tmp_path, wheel, server_database, extras: str) -> HostProj
                 )
         fh.write("\nINSTALLED_APPS += ['shop']\n")
     # Steps 2-4: the settings and urls blocks, as written.
-    for _, body in steps[1:4]:
+    for _, body in (step for step in steps if step[0] == "python"):
         target = {"# settings.py": settings_py, "# urls.py": urls_py}[body.splitlines()[0]]
         with target.open("a") as fh:
             fh.write("\n" + body)
@@ -274,16 +286,17 @@ def shell_lines(body: str) -> list[list[str]]:
 
 
 def apply_and_use(project: HostProject, steps):
-    # Step 5: migrate and createoperator, as written (a password: no one is at a terminal).
-    for words in shell_lines(steps[4][1]):
+    shell_steps = [body for lang, body in steps if lang == "sh"]
+    # Step 5: migrate and createoperator, as written (its password from the environment: no
+    # one is at a terminal).
+    for words in shell_lines(shell_steps[1]):
         assert words[:2] == ["python", "manage.py"], words
-        extra = ["--password", PASSWORD] if words[2] == "createoperator" else []
-        project.manage(*words[2:], *extra)
+        project.manage(*words[2:])
     check = project.manage("check", "--fail-level", "WARNING")
     assert "no issues" in check.stdout, check.stdout + check.stderr
     assert "enqueued 2" in project.shell(ENQUEUE_SCRIPT)
     # Step 6: the worker, as written, but returning once the queue is empty.
-    (worker,) = shell_lines(steps[5][1])
+    (worker,) = shell_lines(shell_steps[2])
     assert worker[2] == "runworker"
     ran = project.manage(*worker[2:], "--burst")
     # Event lines show up without any LOGGING in the host's settings.
