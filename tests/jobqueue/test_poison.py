@@ -158,7 +158,9 @@ def test_postgresql_refusing_a_value_fails_that_job_alone(monkeypatch, run_worke
     """The same through PostgreSQL's own refusal, with the worker's checks switched off."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite stores NUL; only PostgreSQL refuses it")
-    monkeypatch.setattr(store, "storable_json", lambda value, what="": store.dumps(value))
+    unchecked = lambda value, what="", *rest: store.dumps(value)  # noqa: E731
+    monkeypatch.setattr(store, "storable_json", unchecked)
+    monkeypatch.setattr(store, "check_value", lambda *a: store.CheckedJSON(unchecked(*a)))
     results = [t.echo.enqueue(n) for n in (1, 2)] + [t.returns_nul.enqueue(), t.echo.enqueue(3)]
     run_worker(concurrency=1)
     states = [Job.objects.get(pk=r.id).state for r in results]
