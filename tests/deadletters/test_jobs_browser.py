@@ -100,7 +100,7 @@ def test_the_job_page_shows_attempts_links_and_a_redacted_escaped_payload(viewer
     assert "host:1" in body and "builtins.ConnectionError" in body
     assert f"/deadletters/{letter.pk}/" in body and f"{URL}{replay.pk}/" in body
     replay_page = viewer_client.get(f"{URL}{replay.pk}/").content.decode()
-    assert f"dead letter #{letter.pk}" in replay_page
+    assert f">dead letter #{letter.pk}</a>" in replay_page  # not #12 for #1
 
 
 def test_a_missing_job_is_a_404_that_says_so_and_anonymous_users_log_in_first(

@@ -64,7 +64,8 @@ def test_the_console_detail_page_masks_for_every_role(role, letter):
     content = page.content.decode()
     assert page.status_code == 200
     assert [value for value in CLEAR if value in content] == []
-    assert "order" in content and "42" in content
+    # The unmasked value, as the payload shows it (a timestamp cannot hold this).
+    assert "&quot;order&quot;: 42," in content
 
 
 def test_the_cli_show_masks(letter):
@@ -174,7 +175,9 @@ def test_reveals_are_read_only_in_the_admin(letter):
     redaction.record_reveal(chief, letter, via="console")
     client = logged_in(chief)
     listing = client.get(reverse("admin:deadletters_reveal_changelist"))
-    assert listing.status_code == 200 and "chief" in listing.content.decode()
+    # The reveal's own row names chief (the page's header names the signed-in user anyway).
+    assert listing.status_code == 200
+    assert 'class="field-operator_name">chief</td>' in listing.content.decode()
     reveal = Reveal.objects.get()
     delete = reverse("admin:deadletters_reveal_delete", args=[reveal.pk])
     assert client.post(delete, {"post": "yes"}).status_code == 403
