@@ -203,4 +203,35 @@ def triage_settings(app_configs=None, **kwargs):
                     id="redrive.E025",
                 )
             )
-    return found
+    return found + masking_settings()
+
+
+def masking_settings() -> list:
+    """REDRIVE["REDACT_PATTERNS"]: a list of regular expressions that compile. A pattern that
+    does not would make every page that masks a payload a server error."""
+    import re
+
+    patterns = conf.get("REDACT_PATTERNS")
+    problem = None
+    if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
+        problem = "must be a list of regular expressions"
+    else:
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern:
+                problem = f"{pattern!r} is not a regular expression's text"
+                break
+            try:
+                re.compile(pattern, re.IGNORECASE)
+            except re.error as exc:
+                problem = f"{pattern!r} does not compile: {exc}"
+                break
+    if problem is None:
+        return []
+    return [
+        checks.Error(
+            f'REDRIVE["REDACT_PATTERNS"]: {problem}.',
+            hint="Each is searched, case-insensitively, in a payload's keys; a key it finds "
+            "has its value masked.",
+            id="redrive.E035",
+        )
+    ]

@@ -407,3 +407,22 @@ def test_every_check_id_is_in_the_readmes_table():
             numbers = range(int(first[1:]), int((last or first)[1:]) + 1)
             listed |= {f"{first[0]}{n:03d}" for n in numbers}
     assert raised == listed
+
+
+@pytest.mark.parametrize(
+    "patterns, said",
+    [
+        (["token", "(unclosed"], "'(unclosed' does not compile"),
+        ("password", "must be a list of regular expressions"),
+        (["token", ""], "'' is not a regular expression's text"),
+        ([3], "3 is not a regular expression's text"),
+    ],
+)
+def test_masking_patterns_that_do_not_compile_are_refused_at_check(settings, patterns, said):
+    from deadletters.checks import triage_settings
+
+    settings.REDRIVE = {**settings.REDRIVE, "REDACT_PATTERNS": patterns}
+    [error] = [e for e in triage_settings() if e.id == "redrive.E035"]
+    assert said in error.msg
+    settings.REDRIVE = {**settings.REDRIVE, "REDACT_PATTERNS": ["token", r"pass(word)?"]}
+    assert not [e for e in triage_settings() if e.id == "redrive.E035"]
