@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from jobqueue.models import AuditChain, AuditEntry, AuditTarget
 
-from .payloads import operator_action, storable_text
+from .payloads import MAX_REASON_CHARS, operator_action, storable_text
 
 GENESIS = "0" * 64
 ACTOR_CHARS = AuditEntry._meta.get_field("actor").max_length
@@ -107,7 +107,7 @@ def record_many(
     if not isinstance(actor, str) or not actor.strip():
         raise ValueError("the operator's name is required")
     actor = storable_text(actor.strip(), ACTOR_CHARS)
-    reason = storable_text(reason.strip(), 2_000) if reason else ""
+    reason = storable_text(reason.strip(), MAX_REASON_CHARS) if reason else ""
     at = at or timezone.now()
     with transaction.atomic(using=using):
         head = _head(using)

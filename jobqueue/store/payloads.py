@@ -120,10 +120,15 @@ def json_depth(value) -> int:
     return deepest
 
 
+def _may_nest_too_deep(text: str) -> bool:
+    """Whether JSON `text` could nest deeper than MAX_JSON_DEPTH: only if it holds more opening
+    brackets than that (and so is longer than twice it). The length, then str.count (a scan in
+    C), clear nearly every value without a walk."""
+    return len(text) > 2 * MAX_JSON_DEPTH and text.count("[") + text.count("{") > MAX_JSON_DEPTH
+
+
 def _refuse_too_deep(value, text: str | None, what: str) -> None:
-    # A value can only nest N deep if its JSON has at least N brackets: str.count scans in C,
-    # so nearly every value is cleared without a walk.
-    if text is not None and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+    if text is not None and not _may_nest_too_deep(text):
         return
     if json_depth(value) > MAX_JSON_DEPTH:
         raise UnstorableValue(_too_deep(what))
@@ -137,7 +142,7 @@ def loads(text: str, what: str = "value", **options):
     """JSON text as data, refused (ValueError, UnstorableValue) when it is not JSON, holds an
     integer too long to read, or nests deeper than MAX_JSON_DEPTH: the reading side of the
     same door storable_json is."""
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _text_depth(text) > MAX_JSON_DEPTH:
+    if _may_nest_too_deep(text) and _text_depth(text) > MAX_JSON_DEPTH:
         raise UnstorableValue(_too_deep(what))
     try:
         return json.loads(text, **options)
