@@ -150,7 +150,7 @@ def test_the_ledger_shows_only_the_batches_the_progress_counts(operator_client, 
     services.process_batch(run.pk, generation=run.generation)  # ...then a batch commits
     request = RequestFactory().get("/")
     request.user = seen.operator
-    context = views._run_context(request, seen)
+    context = views.runs._run_context(request, seen)
     assert seen.processed == 2 and len(context["items"]) == 2
 
 
@@ -376,13 +376,13 @@ def test_a_refusal_answered_with_the_console_page_still_rolls_back(operator, mon
     selection = services.freeze_selection(
         operator=operator, action="replay", ids=[letter.pk], filter={}
     )
-    own_selection = views._own_selection
+    own_selection = views.selections._own_selection
 
     def own_selection_and_write(request, pk):  # a write before the refusal
         Selection.objects.filter(pk=pk).update(filter={"written": True})
         return own_selection(request, pk)
 
-    monkeypatch.setattr(views, "_own_selection", own_selection_and_write)
+    monkeypatch.setattr(views.selections, "_own_selection", own_selection_and_write)
     monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
     client = Client()
     client.force_login(operator)

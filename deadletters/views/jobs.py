@@ -1,0 +1,126 @@
+"""Jobs of every state: the browser, a job's page, run now or cancel one."""
+
+from django.contrib import messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_POST
+
+from jobqueue.models import Job
+
+from .. import conf, databases, jobs, search, services, workflows
+from ..forms import JobActionForm, JobFilterForm, refusal
+from ..roles import ACT_ON_JOB
+from .base import (
+    CONSOLE,
+    NotFound,
+    backend_echo,
+    backend_named,
+    console_view,
+    filter_for,
+    render_page,
+    require,
+)
+
+JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
+
+
+@require_GET
+@console_view
+def job_list(request):
+    """Every job, not only dead ones: by state, task, queue, key and text, newest first; of one
+    backend's queue database (`backend`, the default one's if none)."""
+    backend = backend_named(request.GET.get("backend"))
+    form = JobFilterForm(request.GET)
+    f = filter_for(form, request.user)
+    cursors = form.cleaned_data
+    echo = backend_echo(backend) + form.echo()
+    try:
+        result = jobs.page(
+            f, after=cursors.get("after"), before=cursors.get("before"), using=backend.database
+        )
+        timed_out = None
+    except search.SearchTimedOut as exc:
+        result, timed_out = jobs.JobPage([], None, None), exc
+    context = {
+        "form": form,
+        "page": result,
+        # What a text search read: the page says so, and a search stopped at its time limit.
+        "searched": f.q and {"scan": f"{search.JOB_SCAN:,}", "seconds": f"{search.TIME_LIMIT:g}"},
+        "search_timed_out": timed_out,
+        "filter_query": urlencode(echo),
+        "shown_filter": echo,
+        "echo": echo,
+        "states": jobs.STATES,
+        "now": timezone.now(),
+        "can_act": request.user.has_perm(ACT_ON_JOB),
+        "waiting": jobs.WAITING,
+        "max_selection": f"{conf.get('MAX_SELECTION'):,}",
+        # Several queue databases: this list is one backend's, the others a link (a whole page:
+        # the heading, tabs and filter say the backend) away.
+        "backend": backend,
+        "several": databases.multiple(),
+        "backend_choices": databases.choices(),
+        "default_backend": databases.default().name,
+        # Appended to each row's links (its page, its dead letter): its backend, unless default.
+        "job_query": databases.query(backend),
+    }
+    return render_page(request, "deadletters/jobs.html", "job-results", context)
+
+
+@require_GET
+@console_view
+def job_detail(request, pk):
+    backend = backend_named(request.GET.get("backend"))
+    try:
+        detail = jobs.detail(pk, using=backend.database)
+    except Job.DoesNotExist:
+        raise NotFound("job", pk, JOB_GONE) from None
+    context = {
+        "d": detail,
+        "job": detail.job,
+        # Workflows are kept on default: a workflow's page is of the default backend's jobs.
+        "workflow_id": workflows.for_job(detail.job) if backend.database == "default" else None,
+        "can_act": request.user.has_perm(ACT_ON_JOB) and detail.state in jobs.WAITING,
+        "backend": backend,
+        "several": databases.multiple(),
+        "job_query": databases.query(backend),
+    }
+    return render(request, "deadletters/job.html", context)
+
+
+def _job_url(pk, backend) -> str:
+    return reverse("deadletters:job", args=[pk]) + databases.query(backend)
+
+
+@require_POST
+@console_view
+def job_act(request, pk):
+    """Run one queued job now or cancel it, from its page: permission, CSRF, a reason; in the
+    queue database of the backend its form names (`backend`; none: the default one)."""
+    require(request.user, ACT_ON_JOB)
+    backend = backend_named(request.POST.get("backend"))
+    form = JobActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing changed ({refusal(form)}).")
+        return HttpResponseRedirect(_job_url(pk, backend))
+    action = form.cleaned_data["action"]
+    changed = services.act_on_jobs(
+        action,
+        [pk],
+        operator=request.user,
+        reason=form.cleaned_data["reason"],
+        channel=CONSOLE,
+        using=backend.database,
+    )
+    if changed:
+        messages.success(
+            request, f"Job {pk} {'is due now' if action == 'run_now' else 'cancelled'}."
+        )
+        # To its history, which now lists the change.
+        return HttpResponseRedirect(_job_url(pk, backend) + "#history")
+    why = "for a later time" if action == "run_now" else "(it started, finished or is gone)"
+    messages.warning(request, f"Nothing changed: job {pk} is not waiting {why}.")
+    return HttpResponseRedirect(_job_url(pk, backend))
