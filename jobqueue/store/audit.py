@@ -10,6 +10,8 @@ row edited, removed or inserted out of line. The ORM refuses to update or delete
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -26,6 +28,20 @@ GENESIS = "0" * 64
 ACTOR_CHARS = AuditEntry._meta.get_field("actor").max_length
 CHANNELS = frozenset(AuditEntry.Channel.values)
 _HEAD = 1  # the chain's one head row
+
+# The API token acting in this context (`acting`): every entry recorded inside names it, so a
+# service called by the API need not thread the token through to the store.
+_TOKEN: contextvars.ContextVar[str] = contextvars.ContextVar("redrive_audit_token", default="")
+
+
+@contextlib.contextmanager
+def acting(*, token: str):
+    """Every entry recorded inside this block names `token` (the API token that acts)."""
+    reset = _TOKEN.set(token)
+    try:
+        yield
+    finally:
+        _TOKEN.reset(reset)
 
 
 def entry_hash(entry) -> str:
@@ -108,6 +124,7 @@ def record_many(
         raise ValueError("the operator's name is required")
     actor = storable_text(actor.strip(), ACTOR_CHARS)
     reason = storable_text(reason.strip(), MAX_REASON_CHARS) if reason else ""
+    token = token or _TOKEN.get()
     at = at or timezone.now()
     with transaction.atomic(using=using):
         head = _head(using)

@@ -280,3 +280,13 @@ def test_the_migration_moves_replay_runs_control_events_onto_the_chain():
         ("run.halted", "canary", "system", [str(run_.pk)]),
     ]
     assert breaks() == []
+
+
+def test_entries_recorded_while_a_token_acts_name_it_and_only_those():
+    with store.audit.acting(token="tok-7"):
+        inside = entry(1)
+        explicit = entry(2, token="tok-8")  # a caller naming its own token keeps it
+    after = entry(3)
+    stored = {e.pk: e.token for e in AuditEntry.objects.all()}
+    assert stored == {inside.pk: "tok-7", explicit.pk: "tok-8", after.pk: ""}
+    assert breaks() == []  # the token is part of what each hash covers
