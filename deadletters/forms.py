@@ -320,34 +320,6 @@ class ConfirmForm(forms.Form):
             raise forms.ValidationError(str(exc)) from None
 
 
-class QueueControlForm(forms.Form):
-    """Pause or resume a queue from the health page: which (of which backend: none said, the
-    default one), and why (kept in the audit)."""
-
-    backend = forms.ChoiceField(required=False, choices=lambda: databases.choices())
-    action = forms.ChoiceField(choices=[("pause", "Pause"), ("resume", "Resume")])
-    queue = forms.CharField(max_length=100, strip=False)
-    reason = forms.CharField(max_length=2000)
-    allow_unknown = forms.BooleanField(required=False)
-
-    def clean_queue(self):
-        queue = self.cleaned_data["queue"]
-        if not queue.strip():
-            raise ValidationError("Name a queue.", code="required")
-        return queue
-
-
-class ScheduleActionForm(forms.Form):
-    """Pause, resume or run a schedule now from the schedules page, and why (kept in the
-    audit)."""
-
-    action = forms.ChoiceField(
-        choices=[("pause", "Pause"), ("resume", "Resume"), ("run", "Run now")]
-    )
-    schedule = forms.CharField(max_length=200, strip=False)
-    reason = forms.CharField(max_length=2000)
-
-
 class JobFilterForm(forms.Form):
     """The jobs browser's filters and keyset cursors (job ids)."""
 
@@ -379,13 +351,6 @@ class JobFilterForm(forms.Form):
 
 
 JOB_ACTIONS = [("run_now", "Run now"), ("cancel", "Cancel")]
-
-
-class JobActionForm(forms.Form):
-    """One job's action from its page: what, and why (kept in the audit)."""
-
-    action = forms.ChoiceField(choices=JOB_ACTIONS)
-    reason = forms.CharField(max_length=2000)
 
 
 class JobSelectionForm(JobFilterForm):

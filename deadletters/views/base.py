@@ -3,6 +3,7 @@ say why, htmx's partial-or-whole page, the backend a URL names."""
 
 from functools import wraps
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connections, transaction
@@ -14,7 +15,8 @@ from django.views.decorators.http import require_GET
 
 from jobqueue.models import AuditEntry
 
-from .. import conf, databases, redaction
+from .. import actions, conf, databases, redaction
+from ..actions import Gone, Missing
 from ..models import Action
 from ..roles import ACT_ON_JOB, ACTION_PERMISSION, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
 
@@ -33,15 +35,6 @@ DOING = {
     MANAGE_SCHEDULE: "pause, resume or run schedules",
     ACT_ON_JOB: "run queued jobs now or cancel them",
 }
-
-
-class Missing(PermissionDenied):
-    """Refused for want of `permission`: the console's 403 page names it and the role that
-    holds it."""
-
-    def __init__(self, permission):
-        super().__init__(permission)
-        self.permission = permission
 
 
 class NotFound(Http404):
@@ -67,13 +60,13 @@ def console_view(view):
         try:
             require(request.user, VIEW)
             return view(request, *args, **kwargs)
-        except (PermissionDenied, Http404) as exc:
+        except (PermissionDenied, Http404, Gone) as exc:
             # Answered here rather than raised: under ATOMIC_REQUESTS a refusal must still
             # roll back whatever the request wrote before it.
             for connection in connections.all(initialized_only=True):
                 if connection.settings_dict["ATOMIC_REQUESTS"] and connection.in_atomic_block:
                     transaction.set_rollback(True, using=connection.alias)
-            if isinstance(exc, Http404):
+            if isinstance(exc, Http404 | Gone):
                 return page_not_found(request, exc)
             return permission_denied(request, exc)
 
@@ -185,3 +178,22 @@ def approval_threshold():
         return conf.approval_threshold()
     except ValueError:
         return None
+
+
+def act(request, name: str, *, back: str, done=None, data=None):
+    """Carry out the registry's action `name` with the POSTed form, then back to the page it
+    came from (`back`) saying what happened: an error for input refused or a target gone or
+    not in a state for it, a warning for nothing changed, a success (to `done(outcome)` where
+    given: the page that now shows the change) otherwise. A missing permission is the 403
+    page (console_view). `data`: the input, where not the POSTed form as it is."""
+    data = request.POST if data is None else data
+    try:
+        outcome = actions.perform(name, user=request.user, channel=CONSOLE, data=data)
+    except (actions.Invalid, actions.Conflict, actions.Gone) as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    if not outcome.changed:
+        messages.warning(request, outcome.message)
+        return HttpResponseRedirect(back)
+    messages.success(request, outcome.message)
+    return HttpResponseRedirect(done(outcome) if done else back)

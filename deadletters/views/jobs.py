@@ -10,18 +10,17 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import Job
 
-from .. import conf, databases, jobs, search, services, workflows
-from ..forms import JobActionForm, JobFilterForm, refusal
+from .. import actions, conf, databases, jobs, search, workflows
+from ..forms import JobFilterForm
 from ..roles import ACT_ON_JOB
 from .base import (
-    CONSOLE,
     NotFound,
+    act,
     backend_echo,
     backend_named,
     console_view,
     filter_for,
     render_page,
-    require,
 )
 
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
@@ -95,32 +94,23 @@ def _job_url(pk, backend) -> str:
     return reverse("deadletters:job", args=[pk]) + databases.query(backend)
 
 
+JOB_VERBS = ("run_now", "retry_now", "cancel")
+
+
 @require_POST
 @console_view
 def job_act(request, pk):
-    """Run one queued job now or cancel it, from its page: permission, CSRF, a reason; in the
-    queue database of the backend its form names (`backend`; none: the default one)."""
-    require(request.user, ACT_ON_JOB)
+    """Run one queued job now, retry it now or cancel it, from its page: permission, CSRF, a
+    reason; in the queue database of the backend its form names (`backend`; none: the
+    default one)."""
     backend = backend_named(request.POST.get("backend"))
-    form = JobActionForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Nothing changed ({refusal(form)}).")
-        return HttpResponseRedirect(_job_url(pk, backend))
-    action = form.cleaned_data["action"]
-    changed = services.act_on_jobs(
-        action,
-        [pk],
-        operator=request.user,
-        reason=form.cleaned_data["reason"],
-        channel=CONSOLE,
-        using=backend.database,
-    )
-    if changed:
-        messages.success(
-            request, f"Job {pk} {'is due now' if action == 'run_now' else 'cancelled'}."
-        )
-        # To its history, which now lists the change.
-        return HttpResponseRedirect(_job_url(pk, backend) + "#history")
-    why = "for a later time" if action == "run_now" else "(it started, finished or is gone)"
-    messages.warning(request, f"Nothing changed: job {pk} is not waiting {why}.")
-    return HttpResponseRedirect(_job_url(pk, backend))
+    back = _job_url(pk, backend)
+    verb = request.POST.get("action")
+    if verb not in JOB_VERBS:
+        actions.check("job.cancel", request.user)  # a refusal names what is missing
+        messages.error(request, "Nothing changed: the action is run_now, retry_now or cancel.")
+        return HttpResponseRedirect(back)
+    data = request.POST.copy()
+    data["job"] = str(pk)  # the job is the page's, whatever the form says
+    # To its history, which now lists the change.
+    return act(request, f"job.{verb}", back=back, done=lambda outcome: back + "#history", data=data)

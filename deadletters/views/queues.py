@@ -1,54 +1,44 @@
-"""Queues: pause and resume (the health page's form)."""
+"""Queues: pause and resume (the health page's form), through the action registry."""
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
-from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from jobqueue import store
+from .. import actions
+from .base import CONSOLE, console_view
 
-from .. import services
-from ..forms import QueueControlForm, refusal
-from ..roles import PAUSE_QUEUE
-from .base import CONSOLE, backend_named, console_view, require
+VERBS = ("pause", "resume")
 
 
 @require_POST
 @console_view
 def queue_control(request):
-    """Pause or resume a queue (the health page's form): permission-checked, with a reason
-    that the audit keeps; back to the health page saying what happened."""
-    require(request.user, PAUSE_QUEUE)
-    form = QueueControlForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Nothing changed ({refusal(form)}).")
-        return redirect("deadletters:health")
-    action, queue = form.cleaned_data["action"], form.cleaned_data["queue"]
-    backend = backend_named(form.cleaned_data["backend"])
+    """Pause or resume a queue: permission-checked, with a reason that the audit keeps; back to
+    the health page saying what happened."""
+    health = reverse("deadletters:health")
+    verb = request.POST.get("action")
+    if verb not in VERBS:
+        actions.check("queue.pause", request.user)  # a refusal names what is missing
+        messages.error(request, "Nothing changed: the action is pause or resume.")
+        return HttpResponseRedirect(health)
     try:
-        changed = services.control_queue(
-            action,
-            queue,
-            operator=request.user,
-            reason=form.cleaned_data["reason"],
-            allow_unknown=form.cleaned_data["allow_unknown"],
-            channel=CONSOLE,
-            using=backend.database,
+        outcome = actions.perform(
+            f"queue.{verb}", user=request.user, channel=CONSOLE, data=request.POST
         )
-    except store.queues.UnknownQueue as exc:
-        messages.error(
-            request,
-            f"Nothing changed: {exc}. To pause it before its first job, tick "
-            "“Pause a queue that has no jobs yet”.",
+    except actions.Conflict as exc:
+        hint = (
+            ". To pause it before its first job, tick “Pause a queue that has no jobs yet”."
+            if exc.code == "unknown_queue"
+            else ""
         )
-        return HttpResponseRedirect(reverse("deadletters:health") + "#queue-control")
-    except ValueError as exc:
-        messages.error(request, f"Nothing changed: {exc}.")
-        return redirect("deadletters:health")
-    done = "paused" if action == "pause" else "resumed"
-    if not changed:
-        messages.warning(request, f"Queue {queue} was already {done}: nothing changed.")
-        return redirect("deadletters:health")
-    messages.success(request, f"Queue {queue} {done}.")
-    return HttpResponseRedirect(reverse("deadletters:health") + "#queue-control")
+        messages.error(request, f"{exc}{hint}")
+        return HttpResponseRedirect(health + "#queue-control")
+    except actions.Invalid as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(health)
+    if not outcome.changed:
+        messages.warning(request, outcome.message)
+        return HttpResponseRedirect(health)
+    messages.success(request, outcome.message)
+    return HttpResponseRedirect(health + "#queue-control")

@@ -6,11 +6,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import conf, databases, selectors, services
+from .. import actions, conf, databases, selectors, services
 from ..forms import RunPageForm, refusal
 from ..models import ReplayRun, RunState
 from ..roles import ACTION_PERMISSION, POISON
-from .base import CONSOLE, NotFound, console_view, render_page, require
+from .base import CONSOLE, NotFound, console_view, render_page
 
 
 def _run(pk):
@@ -68,11 +68,10 @@ def run_detail(request, pk):
 @console_view
 def run_control(request, pk, command):
     run = _run(pk)
-    require(request.user, ACTION_PERMISSION[run.action])
-    handler = {"pause": services.pause, "resume": services.resume, "cancel": services.cancel}
-    notice = ""
-    if not handler[command](run, operator=request.user, channel=CONSOLE):
-        notice = f"The run is {run.get_state_display().lower()}; nothing to {command}."
+    outcome = actions.perform(
+        f"run.{command}", user=request.user, channel=CONSOLE, data={"run": run.pk}
+    )
+    notice = "" if outcome.changed else outcome.message
     if request.htmx:  # the swapped partial carries the notice: no page load would show it
         run.refresh_from_db()
         context = _run_context(request, run, notice=notice)
@@ -100,17 +99,16 @@ def run_approve(request, pk):
     The requester's own approval, a run not awaiting, a missing permission: refused, the run
     page saying why, nothing written."""
     run = _run(pk)
-    require(request.user, ACTION_PERMISSION[run.action])
-    if run.allow_poisoned:
-        require(request.user, POISON)
     try:
-        services.approve(run, operator=request.user, channel=CONSOLE)
-    except services.RefusedError as exc:
+        outcome = actions.perform(
+            "run.approve", user=request.user, channel=CONSOLE, data={"run": run.pk}
+        )
+    except actions.Conflict as exc:
         run.refresh_from_db()
         response = render_page(
             request, "deadletters/run.html", "live", _run_context(request, run, notice=str(exc))
         )
         response.status_code = 403 if run.operator_id == request.user.pk else 409
         return response
-    messages.success(request, f"Approved: run #{run.pk} has started.")
+    messages.success(request, outcome.message)
     return redirect("deadletters:run", pk=run.pk)

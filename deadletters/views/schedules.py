@@ -2,17 +2,15 @@
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
-from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue.models import AuditEntry, Schedule, ScheduleRun
 
-from .. import selectors, services
-from ..forms import ScheduleActionForm, refusal
+from .. import actions, selectors
 from ..roles import MANAGE_SCHEDULE
-from .base import CONSOLE, console_view, render_page, require
+from .base import act, console_view, render_page
 
 
 @require_GET
@@ -32,31 +30,24 @@ def schedule_list(request):
     return render_page(request, "deadletters/schedules.html", "schedule-table", context)
 
 
+VERBS = ("pause", "resume", "run")
+
+
 @require_POST
 @console_view
 def schedule_act(request):
     """Pause, resume or run a schedule now: permission-checked, with a reason the audit
     keeps; back to the schedules page saying what happened."""
-    require(request.user, MANAGE_SCHEDULE)
-    form = ScheduleActionForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Nothing changed ({refusal(form)}).")
-        return redirect("deadletters:schedules")
-    action, name = form.cleaned_data["action"], form.cleaned_data["schedule"]
-    try:
-        outcome = services.act_on_schedule(
-            action, name, operator=request.user, reason=form.cleaned_data["reason"], channel=CONSOLE
-        )
-    except ValueError as exc:
-        messages.error(request, f"Nothing changed: {exc}.")
-        return redirect("deadletters:schedules")
-    if not outcome:  # a pause of a paused schedule, a resume of a running one
-        state = "paused" if action == "pause" else "running"
-        messages.warning(request, f"{name} was already {state}: nothing changed.")
-        return redirect("deadletters:schedules")
-    if action == "run":
-        messages.success(request, f"{name}: job {outcome.pk} enqueued.")
-    else:
-        messages.success(request, f"{name} {'paused' if action == 'pause' else 'resumed'}.")
-    pk = Schedule.objects.filter(name=name).values_list("pk", flat=True).first()
-    return HttpResponseRedirect(reverse("deadletters:schedules") + f"#schedule-{pk}")
+    schedules = reverse("deadletters:schedules")
+    verb = request.POST.get("action")
+    if verb not in VERBS:
+        actions.check("schedule.pause", request.user)  # a refusal names what is missing
+        messages.error(request, "Nothing changed: the action is pause, resume or run.")
+        return HttpResponseRedirect(schedules)
+
+    def its_row(outcome):
+        name = outcome.data["schedule"]
+        pk = Schedule.objects.filter(name=name).values_list("pk", flat=True).first()
+        return f"{schedules}#schedule-{pk}"
+
+    return act(request, f"schedule.{verb}", back=schedules, done=its_row)

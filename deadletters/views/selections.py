@@ -1,4 +1,5 @@
-"""Frozen selections of letters or jobs: preview, then a reason and confirm."""
+"""Frozen selections of letters or jobs: preview, then a reason and confirm, each step through
+the action registry (deadletters.actions.freeze and confirm)."""
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
@@ -7,28 +8,11 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import conf, databases, jobs, search, selectors, services
-from ..forms import (
-    ConfirmForm,
-    JobActionForm,
-    JobConfirmForm,
-    JobSelectionForm,
-    SelectionForm,
-    refusal,
-)
+from .. import actions, conf, databases, jobs, selectors
+from ..forms import ConfirmForm, JobConfirmForm
 from ..models import Selection
-from ..roles import ACT_ON_JOB, ACTION_PERMISSION, POISON
-from .base import (
-    CONSOLE,
-    Missing,
-    NotFound,
-    approval_threshold,
-    backend_echo,
-    backend_named,
-    console_view,
-    filter_for,
-    require,
-)
+from ..roles import ACTION_PERMISSION, POISON
+from .base import CONSOLE, NotFound, approval_threshold, backend_echo, backend_named, console_view
 
 
 @require_POST
@@ -38,30 +22,13 @@ def preview(request):
     action = request.POST.get("action")
     if action not in ACTION_PERMISSION:
         raise NotFound("such action", hint="Actions are replay and discard.")
-    require(request.user, ACTION_PERMISSION[action])
-    form = SelectionForm(request.POST)
     try:
-        if not form.is_valid():
-            # Also a filter field: "select all" with part of its filter ignored would freeze
-            # more than the operator saw (or the letters of another backend).
-            raise services.RefusedError(f"Refused: {refusal(form)}")
-        # The letters' backend (its database recorded with the ids): ticked on its list or
-        # its letter's page, or every letter of its filter.
-        database = backend_named(form.cleaned_data.get("backend")).database
-        if form.cleaned_data["select_all"]:
-            f = filter_for(form, request.user)
-            ids, recorded_filter = selectors.matching_ids(f), f.as_json()
-        else:
-            ids = form.cleaned_data["ids"]
-            recorded_filter = {}  # hand-picked
-        selection = services.freeze_selection(
-            operator=request.user,
-            action=action,
-            ids=ids,
-            filter=recorded_filter,
-            database=database,
+        selection = actions.freeze(
+            f"letters.{action}", user=request.user, channel=CONSOLE, data=request.POST
         )
-    except (selectors.SelectionTooLarge, services.RefusedError) as exc:
+    except (actions.Invalid, actions.Conflict) as exc:
+        # Also a filter field: "select all" with part of its filter ignored would freeze more
+        # than the operator saw (or the letters of another backend).
         messages.error(request, str(exc))
         return HttpResponseRedirect(_back(request))
     # The confirm page's Cancel returns to the list as filtered (or the detail page) it came
@@ -88,24 +55,12 @@ def _back(request) -> str:
     return reverse("deadletters:list")
 
 
-def _own_selection(request, pk):
-    selection = Selection.objects.filter(
-        pk=pk, kind=Selection.Kind.LETTERS, operator=request.user
-    ).first()
-    if selection is not None and databases.of_database(selection.database) is None:
-        raise NotFound(
-            "selection",
-            pk,
-            f"Its letters are in database {selection.database!r}, which no Redrive TASKS "
-            "backend uses now.",
-        )
-    if selection is None:
-        raise NotFound(
-            "selection",
-            pk,
-            "A selection is seen only by the operator who made it; make your own from the list.",
-        )
-    require(request.user, ACTION_PERMISSION[selection.action])
+def _own_selection(request, pk, kind=Selection.Kind.LETTERS):
+    """The request's user's frozen selection `pk` of `kind`, if they may carry it out."""
+    selection = actions.own_selection(pk, request.user)
+    if selection.kind != kind:
+        raise NotFound("selection", pk, "A selection is seen only by the operator who made it.")
+    actions.check(actions.action_of(selection).name, request.user)
     return selection
 
 
@@ -118,25 +73,18 @@ def confirm(request, pk):
         return redirect("deadletters:run", pk=selection.run.pk)
     may_poison = request.user.has_perm(POISON)
     form = ConfirmForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        allow_poisoned = form.cleaned_data["allow_poisoned"]
-        if allow_poisoned and not may_poison:
-            raise Missing(POISON)
+    if request.method == "POST":
         try:
-            run = services.start_run(
-                operator=request.user,
-                selection=selection,
-                reason=form.cleaned_data["reason"],
-                allow_poisoned=allow_poisoned,
-                rate=form.cleaned_data["rate"],
-                # A discard has none: the service keeps the canary to replays.
-                canary_size=form.cleaned_data["canary_size"],
-                canary_max_dead_share=form.cleaned_data["canary_max_dead_share"],
+            outcome = actions.confirm(
+                selection.pk, user=request.user, channel=CONSOLE, data=request.POST
             )
-        except services.RefusedError as exc:
+        except actions.Invalid:
+            form.is_valid()  # the same messages, beside their fields
+        except actions.Conflict as exc:
+            form.is_valid()
             form.add_error(None, str(exc))
         else:
-            return redirect("deadletters:run", pk=run.pk)
+            return redirect("deadletters:run", pk=outcome.data["run"])
     allow_poisoned = may_poison and form.data.get("allow_poisoned") in ("on", "true", "1")
     context = {
         "selection": selection,
@@ -163,33 +111,23 @@ def confirm(request, pk):
 def job_preview(request):
     """Freeze the chosen jobs (ticked rows, or every row matching the filter) of one backend's
     queue database (`backend`; none: the default one) and preview."""
-    require(request.user, ACT_ON_JOB)
     backend = backend_named(request.POST.get("backend"))
-    form = JobSelectionForm(request.POST)
+    verb = request.POST.get("action")
+    if verb not in actions.JOB_VERBS:
+        actions.check("jobs.cancel", request.user)  # a refusal names what is missing
+        verb = None
+    form = actions.JobsSelectionForm(request.POST)
     echo = backend_echo(backend) + (form.echo() if form.is_valid() else [])
     back = reverse("deadletters:jobs") + (f"?{urlencode(echo)}" if echo else "")
-    try:
-        if not form.is_valid():
-            raise services.RefusedError(f"Refused: {refusal(form)}")
-        if form.cleaned_data["select_all"]:
-            f = filter_for(form, request.user)
-            ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"), using=backend.database)
-            recorded = dict(form.echo())
-        else:
-            ids, recorded = form.cleaned_data["ids"], {}
-        selection = services.freeze_selection(
-            operator=request.user,
-            kind=Selection.Kind.JOBS,
-            action=form.cleaned_data["action"],
-            ids=ids,
-            filter=recorded,
-            database=backend.database,
-        )
-    except (selectors.SelectionTooLarge, services.RefusedError) as exc:
-        messages.error(request, str(exc))
+    if verb is None:
+        messages.error(request, "Nothing changed: the action is run_now or cancel.")
         return HttpResponseRedirect(back)
-    except search.SearchTimedOut as exc:
-        messages.error(request, f"Nothing selected: {exc}. Narrow it by state, task or queue.")
+    try:
+        selection = actions.freeze(
+            f"jobs.{verb}", user=request.user, channel=CONSOLE, data=request.POST
+        )
+    except (actions.Invalid, actions.Conflict) as exc:
+        messages.error(request, str(exc))
         return HttpResponseRedirect(back)
     return redirect("deadletters:job-confirm", pk=selection.pk)
 
@@ -199,36 +137,22 @@ def job_preview(request):
 def job_confirm(request, pk):
     """GET: the preview of a frozen job selection. POST: confirm it with a reason, act (in the
     queue database its jobs are of)."""
-    require(request.user, ACT_ON_JOB)
-    selection = Selection.objects.filter(
-        pk=pk, kind=Selection.Kind.JOBS, operator=request.user
-    ).first()
-    if selection is None:
-        raise NotFound("selection", pk, "A selection is seen only by the operator who made it.")
+    selection = _own_selection(request, pk, Selection.Kind.JOBS)
     database = selection.database
     backend = databases.of_database(database)
-    if backend is None:
-        raise NotFound(
-            "selection",
-            pk,
-            f"Its jobs are in database {database!r}, which no Redrive TASKS backend uses now.",
-        )
     form = JobConfirmForm(request.POST or None)
-    if request.method == "POST" and form.is_valid() and selection.applied_at is None:
+    if request.method == "POST" and selection.applied_at is None:
         try:
-            changed = services.apply_job_selection(
-                selection, reason=form.cleaned_data["reason"], channel=CONSOLE
+            outcome = actions.confirm(
+                selection.pk, user=request.user, channel=CONSOLE, data=request.POST
             )
-        except services.RefusedError as exc:
+        except actions.Invalid:
+            form.is_valid()  # the same messages, beside their fields
+        except actions.Conflict as exc:
+            form.is_valid()
             form.add_error(None, str(exc))
         else:
-            verb = "made due now" if selection.action == "run_now" else "cancelled"
-            skipped = len(selection.ids) - len(changed)
-            messages.success(
-                request,
-                f"{len(changed)} job{'s' if len(changed) != 1 else ''} {verb}"
-                + (f"; {skipped} skipped (no longer waiting)." if skipped else "."),
-            )
+            messages.success(request, outcome.message)
             # The selection's page, which now says what was done (as a replay's run page).
             return redirect("deadletters:job-confirm", pk=selection.pk)
     back_filter = backend_echo(backend) + list((selection.filter or {}).items())
@@ -236,7 +160,7 @@ def job_confirm(request, pk):
         "selection": selection,
         "preview": jobs.preview(selection.ids, selection.action, using=database),
         "form": form,
-        "label": dict(JobActionForm.base_fields["action"].choices)[selection.action],
+        "label": actions.action_of(selection).label,
         "back": reverse("deadletters:jobs") + "?" + urlencode(back_filter),
         "backend": backend,
         "several": databases.multiple(),

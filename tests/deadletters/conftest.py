@@ -5,6 +5,11 @@ from deadletters.roles import assign
 from tests.factories import UserFactory
 
 
+def messages_of(response) -> list[str]:
+    """The messages (django.contrib.messages) the response's request carried."""
+    return [str(m) for m in response.wsgi_request._messages]
+
+
 def user_with_role(role, username=None):
     user = UserFactory(username=username or role)
     assign(user, role)

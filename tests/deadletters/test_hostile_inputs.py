@@ -19,20 +19,17 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from deadletters import services, urls
+from deadletters import actions, services, urls
 from deadletters.forms import (
     AuditFilterForm,
     ConfirmForm,
     EditForm,
     FilterForm,
-    JobActionForm,
     JobConfirmForm,
     JobFilterForm,
     JobSelectionForm,
     ListPageForm,
-    QueueControlForm,
     RunPageForm,
-    ScheduleActionForm,
     SelectionForm,
 )
 from deadletters.models import ReplayRun, Selection
@@ -152,14 +149,14 @@ ENDPOINTS = {
     "edit": (["GET", "POST"], [*EditForm.base_fields, "reveal", "backend"], "{letter}/edit/"),
     "run-approve": (["POST"], [], "runs/{run}/approve/"),
     "health": (["GET"], [], "health/"),
-    "queue-control": (["POST"], list(QueueControlForm.base_fields), "health/queues/"),
+    "queue-control": (["POST"], ["action", *actions.QueuePauseForm.base_fields], "health/queues/"),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
     "job": (["GET"], [], "jobs/{job}/"),
-    "job-act": (["POST"], list(JobActionForm.base_fields), "jobs/{job}/act/"),
+    "job-act": (["POST"], ["action", *actions.JobForm.base_fields], "jobs/{job}/act/"),
     "job-preview": (["POST"], list(JobSelectionForm.base_fields), "jobs/preview/"),
     "job-confirm": (["GET", "POST"], list(JobConfirmForm.base_fields), "jobs/selections/{jobs}/"),
     "schedules": (["GET"], [], "schedules/"),
-    "schedule-act": (["POST"], list(ScheduleActionForm.base_fields), "schedules/act/"),
+    "schedule-act": (["POST"], ["action", *actions.ScheduleForm.base_fields], "schedules/act/"),
     "workflows": (["GET"], list(WorkflowFilterForm.base_fields), "workflows/"),
     "workflow": (["GET"], [], "workflows/{workflow}/"),
     "export": (["POST"], [*FilterForm.base_fields, "format"], "export/"),

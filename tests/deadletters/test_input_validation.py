@@ -14,6 +14,8 @@ from django.urls import reverse
 from deadletters.models import ReplayRun, Selection
 from tests.factories import DeadLetterFactory, ReplayRunFactory
 
+from .conftest import messages_of
+
 pytestmark = pytest.mark.django_db
 
 LIST = reverse("deadletters:list")
@@ -64,10 +66,6 @@ def post_pairs(client, url, pairs):
     return client.post(url, urlencode(pairs), content_type="application/x-www-form-urlencoded")
 
 
-def messages_of(response) -> list[str]:
-    return [str(m) for m in response.wsgi_request._messages]
-
-
 # --- dates ---------------------------------------------------------------------------------
 
 
@@ -98,7 +96,7 @@ def test_select_all_with_an_invalid_date_is_refused_and_freezes_nothing(operator
     response = operator_client.post(
         PREVIEW, {"action": "replay", "select_all": "1", "until": day}, follow=True
     )
-    assert any(m.startswith("Refused: until:") for m in messages_of(response))
+    assert any(m.startswith("Nothing changed: until:") for m in messages_of(response))
     assert not Selection.objects.exists()
 
 
