@@ -63,5 +63,6 @@ urlpatterns = [
     path("schedules/act/", views.schedule_act, name="schedule-act"),
     path("workflows/", views.workflow_list, name="workflows"),
     path("workflows/<row_id:pk>/", views.workflow_detail, name="workflow"),
+    path("workflows/<row_id:pk>/signal/", views.workflow_signal, name="workflow-signal"),
     path("export/", views.export, name="export"),
 ]

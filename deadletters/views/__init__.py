@@ -30,7 +30,7 @@ from .queues import queue_control
 from .runs import run_approve, run_control, run_detail
 from .schedules import schedule_act, schedule_list
 from .selections import confirm, job_confirm, job_preview, preview
-from .workflows import workflow_detail, workflow_list
+from .workflows import workflow_detail, workflow_list, workflow_signal
 
 __all__ = [
     "Missing",
@@ -65,4 +65,5 @@ __all__ = [
     "whole_page",
     "workflow_detail",
     "workflow_list",
+    "workflow_signal",
 ]

@@ -16,7 +16,7 @@ from deadletters.models import ReplayRun, Selection
 from jobqueue.models import DeadLetter
 from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
-from tests.factories import DeadLetterFactory
+from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -369,3 +369,26 @@ def test_what_a_task_wrote_reaches_the_terminal_as_visible_escapes():
         assert not any(c in result.out for c in "\x1b\x07\r"), result.out
         assert "\\x1b" in result.out
     assert len(listed.out.strip().splitlines()) == 1  # one row, not a faked second line
+
+
+def _act_options(action_name):
+    """Every option `manage.py act <action>` takes, each with hostile and ordinary values."""
+    from deadletters import actions
+
+    action = actions.get(action_name)
+    fields = action.select_form.base_fields if action.bulk else action.fields()
+    values = st.one_of(IDS, TEXTS, st.sampled_from(["[]", "{}", "[1, 2]", '{"a": 1}', "on"]))
+    return {f"--{name.replace('_', '-')}": values for name in fields}
+
+
+@HYPOTHESIS
+@given(data=st.data())
+def test_act_arguments(oncall, chief, letters, data):
+    """Every action of the registry from the command line, with anything in its options: a
+    clean refusal (one line, status 2, nothing written) or done; never a traceback."""
+    from deadletters import actions
+
+    name = data.draw(st.sampled_from(sorted(actions.REGISTRY)))
+    who = data.draw(st.sampled_from([oncall.username, chief.username, "nobody"]))
+    JobFactory(queue_name="emails")
+    check(["act", name, *data.draw(pairs(_act_options(name))), "--operator", who])

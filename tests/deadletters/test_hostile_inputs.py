@@ -159,6 +159,11 @@ ENDPOINTS = {
     "schedule-act": (["POST"], ["action", *actions.ScheduleForm.base_fields], "schedules/act/"),
     "workflows": (["GET"], list(WorkflowFilterForm.base_fields), "workflows/"),
     "workflow": (["GET"], [], "workflows/{workflow}/"),
+    "workflow-signal": (
+        ["POST"],
+        list(actions.SignalForm.base_fields),
+        "workflows/{workflow}/signal/",
+    ),
     "export": (["POST"], [*FilterForm.base_fields, "format"], "export/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
@@ -298,7 +303,7 @@ def snapshot():
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
 ACCEPTED = re.compile(
     r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
-    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+"
+    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+|workflows/[0-9]+/#signals"
     r"|[0-9]+/#edit-[0-9]+)$"
 )
 
