@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue import workflows as workflow_api
-from jobqueue.models import DeadLetter, Job, JobStatus, Schedule, Workflow
+from jobqueue.models import DeadLetter, Job, JobStatus, Schedule, WorkerRecord, Workflow
 from jobqueue.store import payloads
 
 from . import conf, databases, exports, jobs, redaction, search, selectors, services
@@ -44,6 +44,7 @@ from .models import ReplayRun, RunState, Selection
 from .roles import (
     ACT_ON_JOB,
     ACTION_PERMISSION,
+    CONTROL_WORKER,
     EDIT,
     EXPORT,
     MANAGE_SCHEDULE,
@@ -928,6 +929,79 @@ register(
         (ACT_ON_JOB,),
         SignalForm,
         _signal,
+    )
+)
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+
+class WorkerForm(Reason):
+    """A worker by its id, or every worker of a host."""
+
+    backend = BackendField()
+    worker = forms.CharField(required=False, max_length=255, strip=False)
+    host = forms.CharField(required=False, max_length=255, strip=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if bool(cleaned.get("worker")) == bool(cleaned.get("host")):
+            raise ValidationError("Name a worker or a host (one of the two).", code="required")
+        return cleaned
+
+
+def _worker_command(command: str):
+    def carry_out(actor: Actor, cleaned) -> Outcome:
+        backend = _backend(cleaned)
+        worker, host = cleaned.get("worker"), cleaned.get("host")
+        known = WorkerRecord.objects.using(backend.database)
+        if not known.filter(**({"worker_id": worker} if worker else {"host": host})).exists():
+            raise Gone(
+                f"worker {worker!r}" if worker else f"worker on host {host!r}",
+                hint="The health page lists the workers that sent a heartbeat.",
+            )
+        told = store.workers.command(
+            command,
+            workers=[worker] if worker else [],
+            host=host or "",
+            actor=actor.name,
+            reason=cleaned["reason"],
+            channel=actor.channel,
+            using=backend.database,
+        )
+        done = "quiet" if command == "quiet" else "stopping"
+        if not told:
+            return Outcome(False, f"Nothing changed: already {done}.", {"workers": []})
+        names = ", ".join(told)
+        return Outcome(
+            True,
+            f"{names}: {done} at its next heartbeat (within seconds).",
+            {"workers": told},
+        )
+
+    return carry_out
+
+
+register(
+    Action(
+        "worker.quiet",
+        "worker",
+        "Quiet",
+        "A worker (or every worker of a host) claims nothing more and finishes what it holds.",
+        (CONTROL_WORKER,),
+        WorkerForm,
+        _worker_command("quiet"),
+    )
+)
+register(
+    Action(
+        "worker.stop",
+        "worker",
+        "Stop",
+        "A worker (or every worker of a host) finishes what it holds, then exits.",
+        (CONTROL_WORKER,),
+        WorkerForm,
+        _worker_command("stop"),
     )
 )
 

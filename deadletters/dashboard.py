@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from deadletters import conf, databases
-from deadletters.roles import PAUSE_QUEUE
+from deadletters.roles import CONTROL_WORKER, PAUSE_QUEUE
 from deadletters.views import console_view, render_page, whole_page
 from jobqueue import store
 from jobqueue.health import SUMMED, Health, failure_rate, snapshot
@@ -220,6 +220,10 @@ def dashboard(request):
         "now": now,
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
         "can_pause": request.user.has_perm(PAUSE_QUEUE),
+        "can_control_workers": request.user.has_perm(CONTROL_WORKER),
+        # The workers and hosts a quiet or stop may name (a poll does not show the form).
+        "worker_choices": health.workers if whole_page(request) else [],
+        "host_choices": sorted({w["host"] for w in health.workers}),
         # The queues a pause takes without "no jobs yet" ticked (store.queues.known), offered
         # to those who may pause; a poll of the health figures does not show the form.
         "queue_names": sorted(

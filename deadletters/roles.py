@@ -22,6 +22,8 @@ PAUSE_QUEUE = "jobqueue.pause_queue"
 MANAGE_SCHEDULE = "jobqueue.manage_schedule"
 # Run a queued job now or cancel it (jobqueue.store.job_actions; audited in the audit log).
 ACT_ON_JOB = "jobqueue.act_on_job"
+# Quiet or stop a worker, or every worker of a host (jobqueue.store.workers.command; audited).
+CONTROL_WORKER = "jobqueue.control_worker"
 # Edit one letter's payload and replay it (audited in deadletters.PayloadEdit).
 EDIT = "deadletters.edit_deadletter"
 # Export the filtered letters as CSV or JSON Lines (audited in deadletters.Export).
@@ -36,6 +38,7 @@ ROLE_PERMISSIONS = {
         PAUSE_QUEUE,
         ACT_ON_JOB,
         MANAGE_SCHEDULE,
+        CONTROL_WORKER,
         EXPORT,
     ],
     "admin": [
@@ -46,6 +49,7 @@ ROLE_PERMISSIONS = {
         PAUSE_QUEUE,
         ACT_ON_JOB,
         MANAGE_SCHEDULE,
+        CONTROL_WORKER,
         EXPORT,
         EDIT,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).

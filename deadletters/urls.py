@@ -59,6 +59,7 @@ urlpatterns = [
     path("jobs/selections/<row_id:pk>/", views.job_confirm, name="job-confirm"),
     path("health/", dashboard.dashboard, name="health"),
     path("health/queues/", views.queue_control, name="queue-control"),
+    path("health/workers/", views.worker_control, name="worker-control"),
     path("schedules/", views.schedule_list, name="schedules"),
     path("schedules/act/", views.schedule_act, name="schedule-act"),
     path("workflows/", views.workflow_list, name="workflows"),

@@ -253,6 +253,8 @@ def snapshot(
                 "jobs_succeeded": w.jobs_succeeded,
                 "jobs_failed": w.jobs_failed,
                 "current_jobs": len(w.current_job_ids),
+                "command": w.command,  # an operator's quiet or stop, until it takes effect
+                "commanded_by": w.commanded_by,
             }
         )
 

@@ -363,6 +363,17 @@ class WorkerRecord(models.Model):
     jobs_succeeded = models.PositiveIntegerField(default=0)
     jobs_failed = models.PositiveIntegerField(default=0)
     current_job_ids = models.JSONField(default=list)
+    # An operator's command (jobqueue.store.workers.command), read by the worker on its next
+    # heartbeat: quiet (claim nothing more, finish what it holds) or stop (drain and exit).
+    command = models.CharField(max_length=10, blank=True, default="")
+    commanded_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Command(models.TextChoices):
+        QUIET = "quiet", "Quiet: claims nothing more, finishes what it holds"
+        STOP = "stop", "Stop: finishes what it holds, then exits"
+
+    class Meta:
+        permissions = [("control_worker", "Can quiet and stop workers (audited)")]
 
     def __str__(self):
         return self.worker_id

@@ -436,6 +436,9 @@ class Worker(Loop):
         self.started_at = timezone.now()
         self._tallies: dict[tuple, store.Tally] = {}
         self._last_record = 0.0
+        # An operator quieted this worker (jobqueue.store.workers.command): it claims nothing
+        # more and finishes what it holds, until it is stopped.
+        self.quiet = False
         self._last_schedule = float("-inf")
         self._claimed_empty = False  # burst mode: the last claim found nothing
         self._executions = 0  # jobs handlers finished running (burst: see _claimed_empty)
@@ -570,7 +573,7 @@ class Worker(Loop):
         writes its record, looks for due ticks and for brokers' letters (those took 20 ms of
         round trips and imports before the first claim)."""
         self._revive_handlers()
-        claimed = False if self.stopping else self._claim_if_low()
+        claimed = False if self.stopping or self.quiet else self._claim_if_low()
         self._record_if_due()
         self._schedule_if_due()
         self._sync_sources_if_due()
@@ -675,6 +678,8 @@ class Worker(Loop):
     def _done(self) -> bool:
         if self.held:
             return False
+        if self.quiet and self.burst:  # it will claim nothing more: the burst is over
+            return True
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return True
         return self.burst and self._claimed_empty
@@ -1090,7 +1095,7 @@ class Worker(Loop):
         with self._counts:
             tallies, self._tallies = self._tallies, {}
         try:
-            store.record_worker(
+            command = store.record_worker(
                 worker_id=self.worker_id,
                 host=socket.gethostname(),
                 pid=os.getpid(),
@@ -1115,6 +1120,17 @@ class Worker(Loop):
                         filter(None, [mine.last_success_at, tally.last_success_at]), default=None
                     )
             raise
+        self._obey(command)
+
+    def _obey(self, command: str) -> None:
+        """An operator's command, read with the worker's record: quiet, or stop (a drain, as on
+        SIGTERM)."""
+        if command == "quiet" and not self.quiet:
+            self.quiet = True
+            logger.info("event=worker_quieted worker=%s", self.worker_id)
+        elif command == "stop" and not self.stopping:
+            logger.info("event=worker_stop_requested worker=%s", self.worker_id)
+            self.stop()
 
     def _schedule_if_due(self):
         """Enqueue the due ticks of periodic jobs. Every worker looks; each tick becomes one

@@ -20,7 +20,7 @@ from django.utils import timezone
 from deadletters import actions
 from deadletters.models import RunState
 from jobqueue import store
-from jobqueue.models import AuditEntry, Workflow
+from jobqueue.models import AuditEntry, WorkerRecord, Workflow
 from tests.cli import run
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory, ReplayRunFactory, SelectionFactory
@@ -179,6 +179,21 @@ def workflow_signal():
     )
 
 
+def worker_verb(verb):
+    def make():
+        now = timezone.now()
+        WorkerRecord.objects.create(
+            worker_id="web-1:4242", host="web-1", pid=4242, started_at=now, last_heartbeat_at=now
+        )
+        return Scenario(
+            {"worker": "web-1:4242", "reason": "draining the host"},
+            reverse("deadletters:worker-control"),
+            {"action": verb},
+        )
+
+    return make
+
+
 SCENARIOS = {
     "queue.pause": queue_pause,
     "queue.resume": queue_resume,
@@ -201,6 +216,8 @@ SCENARIOS = {
     "run.resume_past_canary": run_verb("resume_past_canary", RunState.HALTED),
     "run.approve": run_approve,
     "workflow.signal": workflow_signal,
+    "worker.quiet": worker_verb("quiet"),
+    "worker.stop": worker_verb("stop"),
 }
 # Actions whose console is not a form posting the registry's fields (the API's token pages).
 CONSOLE_ELSEWHERE: set[str] = set()

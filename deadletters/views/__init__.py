@@ -26,7 +26,7 @@ from .letters import (
     overview,
     reveal,
 )
-from .queues import queue_control
+from .queues import queue_control, worker_control
 from .runs import run_approve, run_control, run_detail
 from .schedules import schedule_act, schedule_list
 from .selections import confirm, job_confirm, job_preview, preview
@@ -63,6 +63,7 @@ __all__ = [
     "schedule_act",
     "schedule_list",
     "whole_page",
+    "worker_control",
     "workflow_detail",
     "workflow_list",
     "workflow_signal",

@@ -18,7 +18,15 @@ from jobqueue.models import AuditEntry
 from .. import actions, conf, databases, redaction
 from ..actions import Gone, Missing
 from ..models import Action
-from ..roles import ACT_ON_JOB, ACTION_PERMISSION, MANAGE_SCHEDULE, PAUSE_QUEUE, POISON, VIEW
+from ..roles import (
+    ACT_ON_JOB,
+    ACTION_PERMISSION,
+    CONTROL_WORKER,
+    MANAGE_SCHEDULE,
+    PAUSE_QUEUE,
+    POISON,
+    VIEW,
+)
 
 # Every change made here is audited as done through the console.
 CONSOLE = AuditEntry.Channel.CONSOLE
@@ -34,6 +42,7 @@ DOING = {
     PAUSE_QUEUE: "pause or resume queues",
     MANAGE_SCHEDULE: "pause, resume or run schedules",
     ACT_ON_JOB: "run queued jobs now or cancel them",
+    CONTROL_WORKER: "quiet or stop workers",
 }
 
 

@@ -1,4 +1,5 @@
-"""Queues: pause and resume (the health page's form), through the action registry."""
+"""Queues and workers: pause and resume a queue, quiet or stop a worker (the health page's forms),
+through the action registry."""
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect
@@ -6,7 +7,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from .. import actions
-from .base import CONSOLE, console_view
+from .base import CONSOLE, act, console_view
 
 VERBS = ("pause", "resume")
 
@@ -42,3 +43,24 @@ def queue_control(request):
         return HttpResponseRedirect(health)
     messages.success(request, outcome.message)
     return HttpResponseRedirect(health + "#queue-control")
+
+
+WORKER_VERBS = ("quiet", "stop")
+
+
+@require_POST
+@console_view
+def worker_control(request):
+    """Quiet or stop a worker, or every worker of a host (the health page's form)."""
+    health = reverse("deadletters:health")
+    verb = request.POST.get("action")
+    if verb not in WORKER_VERBS:
+        actions.check("worker.stop", request.user)  # a refusal names what is missing
+        messages.error(request, "Nothing changed: the action is quiet or stop.")
+        return HttpResponseRedirect(health)
+    return act(
+        request,
+        f"worker.{verb}",
+        back=health + "#worker-control",
+        done=lambda outcome: health + "#workers",
+    )

@@ -9,8 +9,9 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.utils import timezone
 
-from jobqueue.models import WorkerRecord
+from jobqueue.models import AuditEntry, WorkerRecord
 
+from . import audit
 from .sql_common import COUNTERS_UPSERT
 
 
@@ -36,13 +37,14 @@ def record_worker(
     tallies: dict[tuple[datetime, str, str], Tally],
     now: datetime | None = None,
     using: str = "default",
-) -> None:
-    """Upsert the worker's record and add its tallies to the per-minute counters, atomically."""
+) -> str:
+    """Upsert the worker's record and add its tallies to the per-minute counters, atomically;
+    returns the operator's command waiting for it ("quiet", "stop" or "")."""
     now = now or timezone.now()
     connection = connections[using]
     ts = connection.ops.adapt_datetimefield_value
     with transaction.atomic(using=using):
-        WorkerRecord.objects.using(using).update_or_create(
+        record, _ = WorkerRecord.objects.using(using).update_or_create(
             worker_id=worker_id,
             defaults={
                 "host": host,
@@ -73,6 +75,52 @@ def record_worker(
                         for (minute, queue, task), t in tallies.items()
                     ],
                 )
+    return record.command
+
+
+def command(
+    command: str,
+    *,
+    workers: Sequence[str] = (),
+    host: str = "",
+    actor: str,
+    reason: str,
+    channel: str = AuditEntry.Channel.CODE,
+    now: datetime | None = None,
+    using: str = "default",
+) -> list[str]:
+    """Tell these workers (by id, or every worker of `host`) to quiet (claim nothing more) or
+    stop (drain and exit) at their next heartbeat, with its audit entry; returns the ids told.
+    A stop is never taken back by a quiet; a worker already told the same is left as it is."""
+    if command not in WorkerRecord.Command.values:
+        raise ValueError(f"a worker's command is {' or '.join(WorkerRecord.Command.values)}")
+    if bool(workers) == bool(host):
+        raise ValueError("name the workers or their host, not both or neither")
+    actor, reason = audit.checked_action(actor, reason)
+    with transaction.atomic(using=using):
+        rows = WorkerRecord.objects.using(using).select_for_update()
+        rows = rows.filter(worker_id__in=list(workers)) if workers else rows.filter(host=host)
+        rows = rows.exclude(command=command)
+        if command == WorkerRecord.Command.QUIET:
+            rows = rows.exclude(command=WorkerRecord.Command.STOP)
+        told = sorted(rows.values_list("worker_id", flat=True))
+        if not told:
+            return []
+        WorkerRecord.objects.using(using).filter(worker_id__in=told).update(
+            command=command, commanded_by=actor
+        )
+        audit.record(
+            f"worker.{command}",
+            actor=actor,
+            channel=channel,
+            target_kind="worker",
+            targets=told,
+            reason=reason,
+            params={"host": host} if host else {},
+            at=now,
+            using=using,
+        )
+    return told
 
 
 def forget_worker(worker_id: str, *, using: str = "default") -> None:

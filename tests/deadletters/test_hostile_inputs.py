@@ -150,6 +150,11 @@ ENDPOINTS = {
     "run-approve": (["POST"], [], "runs/{run}/approve/"),
     "health": (["GET"], [], "health/"),
     "queue-control": (["POST"], ["action", *actions.QueuePauseForm.base_fields], "health/queues/"),
+    "worker-control": (
+        ["POST"],
+        ["action", *actions.WorkerForm.base_fields],
+        "health/workers/",
+    ),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
     "job": (["GET"], [], "jobs/{job}/"),
     "job-act": (["POST"], ["action", *actions.JobForm.base_fields], "jobs/{job}/act/"),
@@ -303,7 +308,7 @@ def snapshot():
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
 ACCEPTED = re.compile(
     r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
-    r"|jobs/[0-9]+/#history|health/#queue-control|schedules/#schedule-[0-9]+|workflows/[0-9]+/#signals"
+    r"|jobs/[0-9]+/#history|health/#queue-control|health/#workers|schedules/#schedule-[0-9]+|workflows/[0-9]+/#signals"
     r"|[0-9]+/#edit-[0-9]+)$"
 )
 
