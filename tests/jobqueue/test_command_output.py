@@ -51,6 +51,7 @@ EVERY_COMMAND = [
     ["runrelay", "--help"],
     ["createoperator", "--help"],
     ["audit", "verify"],
+    ["act", "list", "--json"],
 ]
 
 
