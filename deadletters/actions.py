@@ -544,7 +544,14 @@ def _job_change(verb: str, *, retrying_only: bool = False):
         )
         if changed:
             done = "is due now" if verb == "run_now" else "cancelled"
-            return Outcome(True, f"Job {pk} {done}.", {"job": pk})
+            paused = store.queues.paused(backend.database).get(job.queue_name)
+            if verb == "run_now" and paused is not None:
+                # Due, and yet no worker claims it: say why rather than leave them waiting.
+                done += (
+                    f", but its queue {job.queue_name} is paused (by {paused.paused_by}): it "
+                    "runs once the queue is resumed"
+                )
+            return Outcome(True, f"Job {pk} {done}.", {"job": pk, "queue_paused": bool(paused)})
         why = "for a later time" if verb == "run_now" else "(it started, finished or is gone)"
         return Outcome(False, f"Nothing changed: job {pk} is not waiting {why}.", {"job": pk})
 

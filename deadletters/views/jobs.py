@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
+from jobqueue import store
 from jobqueue.models import Job
 
 from .. import actions, conf, databases, jobs, search, workflows
@@ -83,6 +84,8 @@ def job_detail(request, pk):
         # Workflows are kept on default: a workflow's page is of the default backend's jobs.
         "workflow_id": workflows.for_job(detail.job) if backend.database == "default" else None,
         "can_act": request.user.has_perm(ACT_ON_JOB) and detail.state in jobs.WAITING,
+        # A waiting job of a paused queue waits for the resume, whatever its time says.
+        "queue_paused": store.queues.paused(backend.database).get(detail.job.queue_name),
         "backend": backend,
         "several": databases.multiple(),
         "job_query": databases.query(backend),

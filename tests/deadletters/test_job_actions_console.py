@@ -109,3 +109,19 @@ def test_a_selection_of_ticked_rows_and_bad_input(operator_client):
         assert response.status_code == 200
         assert [m for m in messages_of(response) if m.startswith(says)], (data, says)
     assert Selection.objects.filter(kind="jobs").count() == 1
+
+
+def test_run_now_in_a_paused_queue_says_the_queue_holds_it(operator_client):
+    from jobqueue import store
+
+    job = JobFactory(run_after=later(), queue_name="mail")
+    store.queues.pause("mail", actor="ops-lead", reason="SMTP down", channel="code")
+    response = operator_client.post(
+        f"{JOBS}{job.pk}/act/", {"action": "run_now", "reason": "customer waiting"}, follow=True
+    )
+    assert messages_of(response) == [
+        f"Job {job.pk} is due now, but its queue mail is paused (by ops-lead): it runs once "
+        "the queue is resumed."
+    ]
+    page = response.content.decode()
+    assert '<span class="badge warn queue-paused">paused</span> by ops-lead' in page
