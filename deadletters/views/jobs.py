@@ -56,6 +56,9 @@ def job_list(request):
         "states": jobs.STATES,
         "now": timezone.now(),
         "can_act": request.user.has_perm(ACT_ON_JOB),
+        # Nothing to select on a tab of jobs that can no longer change (done, dead, running).
+        "can_select": request.user.has_perm(ACT_ON_JOB)
+        and (not form.cleaned_data.get("state") or form.cleaned_data["state"] in jobs.WAITING),
         "waiting": jobs.WAITING,
         "max_selection": f"{conf.get('MAX_SELECTION'):,}",
         # Several queue databases: this list is one backend's, the others a link (a whole page:

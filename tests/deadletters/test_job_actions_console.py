@@ -125,3 +125,13 @@ def test_run_now_in_a_paused_queue_says_the_queue_holds_it(operator_client):
     ]
     page = response.content.decode()
     assert '<span class="badge warn queue-paused">paused</span> by ops-lead' in page
+
+
+@pytest.mark.parametrize(
+    "state, offered", [("done", False), ("dead", False), ("running", False), ("scheduled", True)]
+)
+def test_only_tabs_of_jobs_that_can_change_offer_a_selection(operator_client, state, offered):
+    JobFactory(run_after=later())
+    page = operator_client.get(f"{JOBS}?state={state}").content.decode()
+    toolbar = 'name="select_all" value="1"' in page and 'value="cancel" type="submit"' in page
+    assert toolbar is offered
