@@ -174,6 +174,36 @@ def scheduling(now: datetime, using: str = "default") -> dict[str, int]:
     }
 
 
+# Past this many, a count says "10,000+": the dead jobs' index is walked no further.
+COUNT_CAP = 10_000
+
+
+def state_counts(now: datetime, using: str = "default") -> dict[str, tuple[int, bool]]:
+    """How many jobs are in each state that an index reaches (the live ones and the dead), as
+    (count, more than that): the jobs browser's tabs. Done and cancelled jobs have no index of
+    their own and are not counted (a count would read every finished job)."""
+    counts = dict.fromkeys([s.value for s in WAITING + LEASED], 0)
+    for keyed in (False, True):  # the claim's two partial indexes, as snapshot reads them
+        found = (
+            Job.objects.using(using)
+            .filter(state=JobState.READY, concurrency_key__isnull=not keyed)
+            .aggregate(**{s.value: Count("id", filter=s.q(now)) for s in WAITING})
+        )
+        for name, n in found.items():
+            counts[name] += n or 0
+    found = (
+        Job.objects.using(using)
+        .filter(state=JobState.RUNNING)
+        .aggregate(**{s.value: Count("id", filter=s.q(now)) for s in LEASED})
+    )
+    counts.update({name: n or 0 for name, n in found.items()})
+    dead = Job.objects.using(using).filter(state=JobState.DEAD).order_by("id")[: COUNT_CAP + 1]
+    counted = {name: (n, False) for name, n in counts.items()}
+    n = dead.count()
+    counted[JobState.DEAD] = (min(n, COUNT_CAP), n > COUNT_CAP)
+    return counted
+
+
 def snapshot(
     *, now: datetime | None = None, lost_after: timedelta | None = None, using: str = "default"
 ) -> Health:

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobqueue import store
+from jobqueue import health, store
 from jobqueue.models import Job
 
 from .. import actions, conf, databases, jobs, search, workflows
@@ -22,6 +22,7 @@ from .base import (
     console_view,
     filter_for,
     render_page,
+    whole_page,
 )
 
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
@@ -56,6 +57,8 @@ def job_list(request):
         "states": jobs.STATES,
         "now": timezone.now(),
         "can_act": request.user.has_perm(ACT_ON_JOB),
+        # The tabs with their counts, on a whole page only: a pager's swap leaves the tabs.
+        "tabs": _tabs(backend) if whole_page(request) else [],
         # Nothing to select on a tab of jobs that can no longer change (done, dead, running).
         "can_select": request.user.has_perm(ACT_ON_JOB)
         and (not form.cleaned_data.get("state") or form.cleaned_data["state"] in jobs.WAITING),
@@ -71,6 +74,15 @@ def job_list(request):
         "job_query": databases.query(backend),
     }
     return render_page(request, "deadletters/jobs.html", "job-results", context)
+
+
+def _tabs(backend) -> list[tuple[str, str, int | None, bool]]:
+    """Each state's tab: its value, label, count (None where no index reaches it: done,
+    cancelled) and whether there are more than counted."""
+    counts = health.state_counts(timezone.now(), backend.database)
+    return [
+        (value, label, *counts.get(value, (None, False))) for value, label in jobs.STATES.items()
+    ]
 
 
 @require_GET

@@ -99,3 +99,12 @@ def test_the_jobs_browser_and_the_jobs_command_list_each_status_alike(
         call_command("jobs", "--state", status.value, "--json")
         listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [row["state"] for row in listed] == [status.value] * n, status
+
+
+def test_the_jobs_browsers_tabs_count_each_status_as_the_health_page_does(
+    every_status, viewer_client
+):
+    tabs = viewer_client.get("/deadletters/jobs/").context["tabs"]
+    counted = {value: count for value, _, count, _ in tabs if count is not None}
+    expected = {s.value: BUILT[s] for s in (*UNFINISHED, JobStatus.DEAD)}
+    assert counted == expected

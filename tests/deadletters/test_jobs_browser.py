@@ -210,3 +210,34 @@ def test_the_time_limit_stops_a_long_statement_and_leaves_no_setting_behind(nest
             with connection.cursor() as cursor:
                 cursor.execute(slow.replace("1000000000", "300000"))
                 assert cursor.fetchone()[0] == 300000
+
+
+def test_each_tab_counts_its_jobs_where_an_index_reaches_them(operator_client):
+    import re
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobqueue.models import JobState
+
+    now = timezone.now()
+    JobFactory.create_batch(2)  # ready
+    JobFactory(run_after=now + timedelta(hours=1))  # scheduled
+    JobFactory(run_after=now + timedelta(hours=1), attempts=1)  # retrying
+    JobFactory.create_batch(3, state=JobState.DEAD, finished_at=now)
+    JobFactory(state=JobState.DONE, finished_at=now)
+    page = operator_client.get("/deadletters/jobs/").content.decode()
+    nav = page.split('<nav class="state-tabs"', 1)[1].split("</nav>", 1)[0]
+    tabs = dict(
+        re.findall(r'state=(\w+)"[^>]*>[^<]*(?:<span class="count">([0-9]+\+?)</span>)?', nav)
+    )
+    assert tabs == {
+        "ready": "2",
+        "scheduled": "1",
+        "retrying": "1",
+        "running": "0",
+        "expired": "0",
+        "done": "",  # no index of finished jobs: not counted
+        "dead": "3",
+        "cancelled": "",
+    }
