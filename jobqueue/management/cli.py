@@ -5,11 +5,14 @@ written: argparse types here check ranges and lengths while parsing, and `usage_
 one way a command refuses later (after looking something up). A reader that goes away
 (`manage.py jobs | head -1`) ends the output quietly (status 141, as SIGPIPE), and any other
 failed write to stdout or stderr (`> /dev/full`, an I/O error) with one line and status 1,
-never a traceback. JSON is printed by `json_text`: non-ASCII as itself, controls escaped.
+never a traceback. JSON is printed by `json_text`: non-ASCII as itself, controls escaped,
+datetimes in ISO 8601. Under --json a command prints one document and nothing else on stdout:
+a listing an array (`Command.write_json_rows`), a show an object; its notes go to stderr.
 """
 
 import argparse
 import contextlib
+import datetime
 import importlib
 import json
 import logging
@@ -186,12 +189,53 @@ _JSON_ESCAPED = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 def json_text(value, *, indent: int | None = None) -> str:
     """`value` as the commands print JSON: non-ASCII text as itself, control characters
-    escaped. A value nested deeper than the store's limit (a row written by hand) is printed
-    on one line, not indented level by level."""
+    escaped, datetimes in ISO 8601. A value nested deeper than the store's limit (a row written
+    by hand) is printed on one line, not indented level by level."""
     if indent is not None and json_depth(value) > MAX_JSON_DEPTH:
         indent = None
-    text = json.dumps(value, default=str, ensure_ascii=False, indent=indent)
+    text = json.dumps(value, default=_json_default, ensure_ascii=False, indent=indent)
     return _JSON_ESCAPED.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+def _json_default(value):
+    # str() of a datetime is "2026-12-02 14:00:00+00:00", which not every ISO 8601 reader takes.
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
+# A value's summary names at most this many of its keys, each cut to this many characters.
+SUMMARY_KEYS = 10
+SUMMARY_KEY_CHARS = 40
+
+
+def summary(value) -> dict | None:
+    """A stored value's shape (type, keys, size), none of its values: what `workflows show`
+    prints of a step's result and `jobs show` of a job's arguments, as this app has no
+    masking of its own (deadletters.redaction is the console's)."""
+    if value is None:
+        return None
+    size = len(json_text(value).encode())
+    if isinstance(value, dict):
+        keys = [str(k)[:SUMMARY_KEY_CHARS] for k in list(value)[:SUMMARY_KEYS]]
+        return {"type": "object", "keys": keys, "key_count": len(value), "bytes": size}
+    if isinstance(value, list):
+        return {"type": "array", "items": len(value), "bytes": size}
+    kind = {str: "string", bool: "boolean"}.get(type(value), "number")
+    return {"type": kind, "bytes": size}
+
+
+def described(s: dict | None) -> str:
+    """A `summary` as a phrase: object {'a', 'b'} (17 bytes)."""
+    if s is None:
+        return "null"
+    if s["type"] == "object":
+        more = s["key_count"] - len(s["keys"])
+        keys = ", ".join(repr(k) for k in s["keys"]) + (f", … {more} more" if more else "")
+        return f"object {{{keys}}} ({s['bytes']} bytes)"
+    if s["type"] == "array":
+        return f"array of {s['items']} ({s['bytes']} bytes)"
+    return f"{s['type']} ({s['bytes']} bytes)"
 
 
 class PipeAwareOutput(OutputWrapper):
@@ -265,6 +309,15 @@ class Command(BaseCommand):
         for each in _with_subparsers(parser):
             each.__class__ = CliParser
         return parser
+
+    def write_json_rows(self, rows):
+        """A listing under --json: one JSON array, one row to a line, written as the rows come
+        (a reader that goes away, `| head`, stops the command before it reads them all)."""
+        first = True
+        for row in rows:
+            self.stdout.write(("[" if first else ",") + "\n" + json_text(row), ending="")
+            first = False
+        self.stdout.write("[]" if first else "\n]")
 
     def execute(self, *args, **options):
         if options.get("stdout"):

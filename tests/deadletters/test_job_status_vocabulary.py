@@ -79,7 +79,7 @@ def test_the_health_page_metrics_queuehealth_and_queues_count_each_status_alike(
     assert {s: reported[s.value] for s in UNFINISHED} == unfinished
 
     call_command("queues", "list", "--json")
-    [queue] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    [queue] = json.loads(capsys.readouterr().out)
     assert {s: queue[s.value] for s in UNFINISHED} == unfinished
 
     page = viewer_client.get("/deadletters/health/")
@@ -97,7 +97,7 @@ def test_the_jobs_browser_and_the_jobs_command_list_each_status_alike(
         assert [r.state for r in rows] == [status.value] * n, status
 
         call_command("jobs", "--state", status.value, "--json")
-        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        listed = json.loads(capsys.readouterr().out)
         assert [row["state"] for row in listed] == [status.value] * n, status
 
 

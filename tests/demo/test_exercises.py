@@ -28,8 +28,7 @@ def manage(workers, *argv, env=None, check=True):
 
 
 def receipt_job(workers):
-    rows = manage(workers, "jobs", "--json", "--task", RECEIPT).stdout.splitlines()
-    [row] = [json.loads(line) for line in rows]
+    [row] = json.loads(manage(workers, "jobs", "--json", "--task", RECEIPT).stdout)
     return row
 
 

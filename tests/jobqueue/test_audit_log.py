@@ -59,8 +59,7 @@ def test_entries_form_one_intact_chain_in_order():
         0,
         "the audit log of 'default' is intact: 5 entries",
     )
-    listed = run("audit", "list", "--limit", "1", "--json").out.splitlines()
-    [newest] = [json.loads(line) for line in listed]
+    [newest] = json.loads(run("audit", "list", "--limit", "1", "--json").out)
     assert (newest["seq"], newest["hash"], newest["params"]) == (5, made[-1].hash, {"n": 5})
 
 

@@ -40,9 +40,9 @@ def test_jobs_says_when_more_rows_exist_than_shown():
     lines = result.out.splitlines()
     assert len(lines) == 4 and lines[-1] == "… 2 more; use --limit"
     assert run("jobs", "--limit", "5").out.count("more; use --limit") == 0
-    # Under --json stdout stays one JSON object per line; the note goes to stderr.
+    # Under --json stdout stays one JSON document; the note goes to stderr.
     as_json = run("jobs", "--limit", "3", "--json")
-    assert [json.loads(line)["id"] for line in as_json.out.splitlines()]
+    assert len(json.loads(as_json.out)) == 3
     assert as_json.err.strip() == "… 2 more; use --limit"
 
 

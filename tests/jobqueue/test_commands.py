@@ -92,7 +92,7 @@ def test_documented_shell_sequence(workers):
     assert "event=succeeded" in worker.stderr
 
     listing = manage("jobs", "--json", "--state", "done", env=env)
-    [row] = [json.loads(line) for line in listing.stdout.splitlines()]
+    [row] = json.loads(listing.stdout)
     assert row["id"] == job_id and row["state"] == JobState.DONE and row["attempts"] == 1
     assert Job.objects.get(pk=job_id).return_value == 5
 

@@ -95,7 +95,7 @@ def test_four_worker_processes_share_one_rate(workers, settings):
 def test_queues_list_and_health_show_each_limit(settings):
     settings.REDRIVE = {**settings.REDRIVE, "RATE_LIMITS": {"emails": 2.5}}
     fill("emails", 3)
-    [row] = [json.loads(line) for line in run("queues", "list", "--json").out.splitlines()]
+    [row] = json.loads(run("queues", "list", "--json").out)
     assert (row["queue"], row["rate_limit"], row["ready"]) == ("emails", 2.5, 3)
     assert "at most 2.5 jobs/s" in run("queues", "list").out
     health = snapshot()

@@ -272,7 +272,7 @@ def test_schedules_command_lists_pauses_resumes_and_runs_with_an_audit():
     user.user_permissions.add(Permission.objects.get(codename="manage_schedule"))
     result = run("schedules", "pause", schedule.name, "--reason", "hold", "--operator", "ana")
     assert result.code == 0 and "paused" in result.out
-    listed = [json.loads(line) for line in run("schedules", "list", "--json").out.splitlines()]
+    listed = json.loads(run("schedules", "list", "--json").out)
     assert [(r["name"], r["state"], r["paused_by"]) for r in listed] == [
         (schedule.name, "paused", "ana")
     ]

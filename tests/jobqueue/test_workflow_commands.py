@@ -63,7 +63,7 @@ def test_list_newest_first_with_state_filter_limit_and_json(sink):
     assert row[6:] == [f"job={waiting}"]
     assert "step='second'" in next(line.split() for line in lines if line.split()[1] == "dead")
 
-    listed = [json.loads(line) for line in run("workflows", "list", "--json").out.splitlines()]
+    listed = json.loads(run("workflows", "list", "--json").out)
     assert [r["id"] for r in listed] == [int(done.id), waiting, int(dead.id)]
     assert listed[1] | {"wake_at": None, "started_at": None, "updated_at": None} == {
         "id": waiting,
@@ -78,12 +78,13 @@ def test_list_newest_first_with_state_filter_limit_and_json(sink):
     }
     assert listed[1]["wake_at"] is not None
 
-    only_dead = run("workflows", "list", "--state", "dead", "--json").out.splitlines()
-    assert [json.loads(line)["id"] for line in only_dead] == [int(dead.id)]
+    only_dead = json.loads(run("workflows", "list", "--state", "dead", "--json").out)
+    assert [row["id"] for row in only_dead] == [int(dead.id)]
     limited = run("workflows", "list", "--limit", "1")
     assert limited.out.splitlines()[-1] == "… 2 more; use --limit"
     as_json = run("workflows", "list", "--limit", "1", "--json")
-    assert len(as_json.out.splitlines()) == 1 and as_json.err.strip() == "… 2 more; use --limit"
+    assert [row["id"] for row in json.loads(as_json.out)] == [int(done.id)]
+    assert as_json.err.strip() == "… 2 more; use --limit"
     assert run("workflows", "list", "--state", "sleeping").out.strip() == "no workflows"
 
 

@@ -31,6 +31,8 @@ LIST_FIELDS = [
 # The filter options, as ListFilter fields.
 FILTERS = ("job_type", "error_class", "queue", "source")
 LETTER_ID = cli.integer(1, MAX_ID, "a dead-letter id")
+# Causes a listing names at most: each is a few index probes, and a type's real causes are few.
+MAX_CAUSES = 1_000
 
 
 def backend(text):
@@ -77,7 +79,30 @@ class Command(cli.Command):
             default=50,
             help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
         )
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
+
+        types = sub.add_parser(
+            "types", help="Pending dead letters by job type, most first (the console's overview)."
+        )
+        types.add_argument("--json", action="store_true", help="One JSON array of objects.")
+        causes = sub.add_parser(
+            "causes", help="A job type's pending dead letters by cause (error fingerprint)."
+        )
+        causes.add_argument("job_type", type=cli.column(DeadLetter, "task_path"))
+        causes.add_argument(
+            "--limit",
+            type=cli.integer(1, MAX_CAUSES),
+            default=20,
+            help=f"At most this many causes (default 20, at most {MAX_CAUSES}).",
+        )
+        causes.add_argument("--json", action="store_true", help="One JSON array of objects.")
+        for each in (types, causes):
+            each.add_argument(
+                "--backend",
+                type=backend,
+                default="default",
+                help="The TASKS backend whose letters to count (default: the default one).",
+            )
 
         show = sub.add_parser("show", help="One dead letter with its errors and history.")
         show.add_argument("id", type=LETTER_ID)
@@ -87,7 +112,7 @@ class Command(cli.Command):
             default="default",
             help="The TASKS backend whose database holds the letter (default: the default one).",
         )
-        show.add_argument("--json", action="store_true")
+        show.add_argument("--json", action="store_true", help="One JSON object.")
         show.add_argument(
             "--reveal",
             action="store_true",
@@ -197,10 +222,10 @@ class Command(cli.Command):
             ]
         )
         more = letters.count() - limit if len(rows) > limit else 0
-        for row in rows[:limit]:
-            if opts["json"]:
-                self.stdout.write(cli.json_text(row))
-            else:
+        if opts["json"]:
+            self.write_json_rows(rows[:limit])
+        else:
+            for row in rows[:limit]:
                 self.stdout.write(
                     cli.one_line(
                         f"{row['id']:>8} {row['state']:<9} {row['task_path']} "
@@ -209,10 +234,66 @@ class Command(cli.Command):
                     )
                 )
         if more > 0:
-            # On stderr under --json, where every stdout line must stay a JSON object.
+            # On stderr under --json, where stdout holds the one JSON document.
             (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no dead letters")
+
+    def do_types(self, opts):
+        rows = [
+            {
+                "task_path": t.task_path,
+                "source": t.source,
+                "pending": t.count,
+                "died_again": t.died_again,
+                "oldest": t.oldest,
+                "newest": t.newest,
+                "top_errors": [{"error_class": c, "pending": n} for c, n in t.top_errors],
+            }
+            for t in selectors.overview(using=opts["backend"])
+        ]
+        if opts["json"]:
+            self.write_json_rows(rows)
+            return
+        for row in rows:
+            errors = ", ".join(f"{e['error_class']}={e['pending']}" for e in row["top_errors"])
+            self.stdout.write(
+                cli.one_line(
+                    f"{row['pending']:>8} {row['task_path']} ({row['source']}) "
+                    f"died_again={row['died_again']} oldest={row['oldest'].isoformat()} "
+                    f"newest={row['newest'].isoformat()}  {errors}"
+                )
+            )
+        if not rows:
+            self.stdout.write("no pending dead letters")
+
+    def do_causes(self, opts):
+        found = selectors.causes(opts["job_type"], limit=opts["limit"], using=opts["backend"])
+        rows = [
+            {
+                "fingerprint": c.fingerprint,
+                "error_class": c.error_class,
+                "pending": c.pending,
+                "first_seen": c.first_seen,
+                "last_seen": c.last_seen,
+                # The newest letter's last error, as the console's cause row shows it.
+                "sample": c.sample.splitlines()[0][:200] if c.sample.strip() else "",
+                "last_24h": sum(c.hourly),
+            }
+            for c in found
+        ]
+        if opts["json"]:
+            self.write_json_rows(rows)
+            return
+        for row in rows:
+            self.stdout.write(
+                cli.one_line(
+                    f"{row['pending']:>8} {row['fingerprint']} {row['error_class']} "
+                    f"last_24h={row['last_24h']} {row['sample']!r}"
+                )
+            )
+        if not rows:
+            self.stdout.write(f"no pending dead letters of {opts['job_type']}")
 
     def do_show(self, opts):
         operator = None

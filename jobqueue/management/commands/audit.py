@@ -25,7 +25,7 @@ class Command(cli.Command):
             default=50,
             help=f"At most this many entries (default 50, at most {cli.MAX_LIST_LIMIT}).",
         )
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
         for each in (verify, listing):
             each.add_argument(
                 "--database",
@@ -55,25 +55,24 @@ class Command(cli.Command):
             entries = entries.filter(actor=opts["actor"])
         if opts["action"]:
             entries = entries.filter(action=opts["action"])
-        for entry in entries[: opts["limit"]]:
-            row = {field: getattr(entry, field) for field in LISTED}
-            row["at"] = entry.at.isoformat()
-            if opts["json"]:
-                self.stdout.write(
-                    cli.json_text(
-                        {
-                            **row,
-                            "params": entry.params,
-                            "outcome": entry.outcome,
-                            "hash": entry.hash,
-                        }
-                    )
+        entries = entries[: opts["limit"]]
+        if opts["json"]:
+            self.write_json_rows(
+                {
+                    "id": entry.id,
+                    **{field: getattr(entry, field) for field in LISTED},
+                    "params": entry.params,
+                    "outcome": entry.outcome,
+                    "hash": entry.hash,
+                }
+                for entry in entries.iterator()
+            )
+            return
+        for entry in entries:
+            targets = ",".join(entry.targets[:5]) + ("…" if len(entry.targets) > 5 else "")
+            self.stdout.write(
+                cli.one_line(
+                    f"#{entry.seq} {entry.at.isoformat()} {entry.actor} via {entry.channel} "
+                    f"{entry.action} {entry.target_kind} {targets} reason={entry.reason!r}"
                 )
-            else:
-                targets = ",".join(entry.targets[:5]) + ("…" if len(entry.targets) > 5 else "")
-                self.stdout.write(
-                    cli.one_line(
-                        f"#{entry.seq} {row['at']} {entry.actor} via {entry.channel} "
-                        f"{entry.action} {entry.target_kind} {targets} reason={entry.reason!r}"
-                    )
-                )
+            )

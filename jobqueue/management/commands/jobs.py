@@ -1,10 +1,11 @@
 from types import SimpleNamespace
 
+from django.db.models import Q
 from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.management import cli
-from jobqueue.models import MAX_ID, Job, JobStatus
+from jobqueue.models import MAX_ID, DeadLetter, Job, JobStatus
 
 FIELDS = [
     "id",
@@ -31,7 +32,7 @@ MAX_JOBS = 100_000
 class Command(cli.Command):
     # A quick shell tool: its output stays one line per result, without system-check noise.
     requires_system_checks = []
-    help = "List jobs, newest first; or run queued ones now, or cancel them (audited)."
+    help = "List jobs, newest first; show one; or run queued ones now, or cancel them (audited)."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=False)
@@ -41,6 +42,13 @@ class Command(cli.Command):
             )
             each.add_argument("ids", nargs="+", type=JOB_ID, help="Job ids.")
             cli.add_audit_arguments(each, PERMISSION)
+        show = sub.add_parser(
+            "show",
+            help="One job: its state, times, failed attempts, and its arguments' shape (type, "
+            "keys, size; the console shows them masked).",
+        )
+        show.add_argument("id", type=JOB_ID)
+        show.add_argument("--json", action="store_true", help="One JSON object.")
         parser.add_argument("--state", choices=JobStatus.values, default=None)
         parser.add_argument(
             "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."
@@ -51,9 +59,11 @@ class Command(cli.Command):
             default=50,
             help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
         )
-        parser.add_argument("--json", action="store_true", help="One JSON object per line.")
+        parser.add_argument("--json", action="store_true", help="One JSON array of objects.")
 
     def handle(self, *args, **opts):
+        if opts.get("command") == "show":
+            return self._show(opts)
         if opts.get("command"):
             return self._act(opts)
         now = timezone.now()
@@ -66,22 +76,21 @@ class Command(cli.Command):
         # One row past the limit says whether to count the rest (the count is the slow part).
         rows = list(jobs.values(*FIELDS, "errors")[: limit + 1])
         more = jobs.count() - limit if len(rows) > limit else 0
-        for row in rows[:limit]:
-            errors = row.pop("errors")
-            row["last_error"] = errors[-1]["message"] if errors else None
-            row["state"] = JobStatus.of(SimpleNamespace(**row), now).value
-            if opts["json"]:
-                self.stdout.write(cli.json_text(row))
-            else:
+        rows = [listed(row, now) for row in rows[:limit]]
+        if opts["json"]:
+            self.write_json_rows(rows)
+        else:
+            for row in rows:
                 self.stdout.write(
                     cli.one_line(
-                        f"{row['id']:>8} {row['state']:<9} {row['attempts']}/{row['max_attempts']} "
+                        f"{row['id']:>8} {row['state']:<9} "
+                        f"{row['attempts']}/{row['max_attempts']} "
                         f"{row['task_path']} key={row['idempotency_key'] or '-'}"
                         + (f" error={row['last_error']!r}" if row["last_error"] else "")
                     )
                 )
         if more > 0:
-            # On stderr under --json, where every stdout line must stay a JSON object.
+            # On stderr under --json, where stdout holds the one JSON document.
             (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no jobs")
@@ -91,6 +100,55 @@ class Command(cli.Command):
                 f"queue {queue} is PAUSED (by {pause.paused_by}: {pause.reason!r}); "
                 f"`manage.py queues resume {queue} …` resumes it"
             )
+
+    def _show(self, opts):
+        job = Job.objects.filter(pk=opts["id"]).defer("return_value").first()
+        if job is None:
+            raise cli.usage_error(f"no job {opts['id']}")
+        now = timezone.now()
+        errors = job.errors if isinstance(job.errors, list) else []
+        data = {
+            **listed({name: getattr(job, name) for name in FIELDS} | {"errors": errors}, now),
+            "priority": job.priority,
+            "backend": job.backend,
+            "started_at": job.started_at,
+            "last_attempted_at": job.last_attempted_at,
+            "replayed_from": job.replayed_from_id,
+            "dead_letter": DeadLetter.objects.filter(Q(original_job_id=job.pk) | Q(job_id=job.pk))
+            .order_by("id")
+            .values_list("id", flat=True)
+            .first(),
+            "args_summary": cli.summary(job.args),
+            "kwargs_summary": cli.summary(job.kwargs),
+            # What each failed attempt left, without its traceback (the console shows those).
+            "attempts_failed": [
+                {
+                    "attempt": e.get("attempt", n),
+                    "at": e.get("at"),
+                    "worker": e.get("worker_id"),
+                    "class": e.get("exception_class_path", ""),
+                    "message": e.get("message", ""),
+                }
+                for n, e in enumerate(errors, start=1)
+                if isinstance(e, dict)
+            ],
+        }
+        if opts["json"]:
+            self.stdout.write(cli.json_text(data))
+            return
+        for key, value in data.items():
+            if key == "attempts_failed":
+                for each in value:
+                    self.stdout.write(
+                        cli.one_line(
+                            f"attempt {each['attempt']} at {each['at']} on {each['worker']}: "
+                            f"{each['class']}: {each['message']}"
+                        )
+                    )
+                continue
+            if key.endswith("_summary"):
+                value = cli.described(value)
+            self.stdout.write(cli.one_line(f"{key}: {'-' if value is None else value}"))
 
     def _act(self, opts):
         """The console's run now and cancel, through the same store function and audit."""
@@ -114,3 +172,12 @@ class Command(cli.Command):
                 else ""
             )
         )
+
+
+def listed(row: dict, now) -> dict:
+    """A job as `jobs --json` lists it: FIELDS, its last error's message, its derived state."""
+    errors = row.pop("errors")
+    last = errors[-1] if isinstance(errors, list) and errors else None
+    row["last_error"] = last.get("message") if isinstance(last, dict) else None
+    row["state"] = JobStatus.of(SimpleNamespace(**row), now).value
+    return row

@@ -54,33 +54,68 @@ class Command(cli.Command):
             help="Remove records of workers silent this long (default 1; the dashboard shows "
             "them as lost until then).",
         )
+        parser.add_argument(
+            "--json", action="store_true", help="What was deleted, as one JSON object."
+        )
 
     def handle(self, *args, **opts):
         days = opts["older_than"]
         if days is None:
             days = float(setting("RETENTION_DAYS"))
-        deleted = outbox_store.prune(older_than=timedelta(days=days))
-        self.stdout.write(f"pruned {deleted} published outbox message(s) older than {days:g} days")
-        jobs = store.prune_finished_jobs(older_than=timedelta(days=opts["jobs_older_than"]))
-        self.stdout.write(
-            f"pruned {jobs} finished job(s) older than {opts['jobs_older_than']:g} days"
-        )
-        ticks = store.schedules.prune_runs(older_than=timedelta(days=opts["jobs_older_than"]))
-        self.stdout.write(
-            f"pruned {ticks} schedule tick record(s) older than {opts['jobs_older_than']:g} days"
-        )
-        flows = store.workflows.prune_finished(older_than=timedelta(days=opts["jobs_older_than"]))
-        self.stdout.write(
-            f"pruned {flows} finished workflow(s) older than {opts['jobs_older_than']:g} days"
-        )
-        cutoff = timezone.now() - timedelta(days=opts["counters_older_than"])
-        counters, _ = JobCounter.objects.filter(minute__lt=cutoff).delete()
-        self.stdout.write(
-            f"pruned {counters} job counter row(s) older than {opts['counters_older_than']:g} days"
-        )
-        silent_since = timezone.now() - timedelta(days=opts["workers_lost_for"])
-        workers, _ = WorkerRecord.objects.filter(last_heartbeat_at__lt=silent_since).delete()
-        self.stdout.write(
-            f"pruned {workers} record(s) of workers silent for over "
-            f"{opts['workers_lost_for']:g} days"
-        )
+        finished = timedelta(days=opts["jobs_older_than"])
+        now = timezone.now()
+        # (what, how many, its retention in days, the line's words).
+        report = [
+            (
+                "outbox_messages",
+                outbox_store.prune(older_than=timedelta(days=days)),
+                days,
+                "published outbox message(s) older than",
+            ),
+            (
+                "jobs",
+                store.prune_finished_jobs(older_than=finished),
+                opts["jobs_older_than"],
+                "finished job(s) older than",
+            ),
+            (
+                "schedule_ticks",
+                store.schedules.prune_runs(older_than=finished),
+                opts["jobs_older_than"],
+                "schedule tick record(s) older than",
+            ),
+            (
+                "workflows",
+                store.workflows.prune_finished(older_than=finished),
+                opts["jobs_older_than"],
+                "finished workflow(s) older than",
+            ),
+            (
+                "job_counters",
+                JobCounter.objects.filter(
+                    minute__lt=now - timedelta(days=opts["counters_older_than"])
+                ).delete()[0],
+                opts["counters_older_than"],
+                "job counter row(s) older than",
+            ),
+            (
+                "workers",
+                WorkerRecord.objects.filter(
+                    last_heartbeat_at__lt=now - timedelta(days=opts["workers_lost_for"])
+                ).delete()[0],
+                opts["workers_lost_for"],
+                "record(s) of workers silent for over",
+            ),
+        ]
+        if opts["json"]:
+            self.stdout.write(
+                cli.json_text(
+                    {
+                        what: {"deleted": deleted, "older_than_days": days}
+                        for what, deleted, days, _ in report
+                    }
+                )
+            )
+            return
+        for _, deleted, days, words in report:
+            self.stdout.write(f"pruned {deleted} {words} {days:g} days")

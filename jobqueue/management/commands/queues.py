@@ -16,7 +16,7 @@ class Command(cli.Command):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=True)
         listing = sub.add_parser("list", help="Queues with live jobs or paused, and their state.")
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
         for name, verb in (("pause", "Stop every worker claiming from"), ("resume", "Resume")):
             each = sub.add_parser(name, help=f"{verb} a queue (running jobs finish).")
             each.add_argument("queue", type=cli.column(PausedQueue, "queue_name"))
@@ -67,6 +67,7 @@ class Command(cli.Command):
         paused = store.queues.paused()
         limits = store.rate_limits()
         names = sorted({q for q, f in live.items() if any(f.values())} | set(paused) | set(limits))
+        rows = []
         for name in names:
             figures = live.get(name, dict.fromkeys(LIVE, 0))
             pause = paused.get(name)
@@ -79,9 +80,8 @@ class Command(cli.Command):
                 "paused_at": pause.paused_at.isoformat() if pause else None,
                 "reason": pause.reason if pause else None,
             }
-            if as_json:
-                self.stdout.write(cli.json_text(row))
-            else:
+            rows.append(row)
+            if not as_json:
                 state = f"PAUSED by {pause.paused_by}: {pause.reason!r}" if pause else "running"
                 if name in limits:
                     state += f", at most {limits[name]:g} jobs/s"
@@ -92,5 +92,7 @@ class Command(cli.Command):
                         + f"  {state}"
                     )
                 )
-        if not names and not as_json:
+        if as_json:
+            self.write_json_rows(rows)
+        elif not names:
             self.stdout.write("no queues with live jobs, none paused")

@@ -2,19 +2,30 @@ from django.db.models import F
 
 from jobqueue import schedules, store
 from jobqueue.management import cli
-from jobqueue.models import Job, Schedule
+from jobqueue.models import Job, Schedule, ScheduleRun
 
 PERMISSION = "jobqueue.manage_schedule"
 
 
 class Command(cli.Command):
     requires_system_checks = []
-    help = "List periodic jobs; pause, resume or run one now (audited); sync declarations."
+    help = (
+        "List periodic jobs or show one; pause, resume or run one now (audited); sync declarations."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=True)
         listing = sub.add_parser("list", help="Every schedule: cron, next and last run, state.")
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
+        show = sub.add_parser("show", help="One schedule, with its last ticks (newest first).")
+        show.add_argument("schedule", type=cli.column(Schedule, "name"))
+        show.add_argument(
+            "--runs",
+            type=cli.integer(1, cli.MAX_LIST_LIMIT),
+            default=10,
+            help=f"At most this many ticks (default 10, at most {cli.MAX_LIST_LIMIT}).",
+        )
+        show.add_argument("--json", action="store_true", help="One JSON object.")
         sub.add_parser(
             "sync",
             help="Write the declared schedules (@periodic) to the database and retire rows no "
@@ -33,6 +44,8 @@ class Command(cli.Command):
         command = opts["command"]
         if command == "list":
             return self._list(opts["json"])
+        if command == "show":
+            return self._show(opts)
         if command == "sync":
             return self._sync()
         operator = cli.operator(opts["operator"], PERMISSION).get_username()
@@ -63,13 +76,13 @@ class Command(cli.Command):
     def _list(self, as_json):
         rows = Schedule.objects.order_by("name").annotate(last_state=F("last_job__state"))
         states = dict(Job._meta.get_field("state").choices)
+        if as_json:
+            self.write_json_rows(schedule_summary(schedule) for schedule in rows)
+            return
         any_rows = False
         for schedule in rows:
             any_rows = True
             row = schedule_summary(schedule)
-            if as_json:
-                self.stdout.write(cli.json_text(row))
-                continue
             last = (
                 f"last {row['last_tick_at']} ({states.get(row['last_state'], 'no job')})"
                 if row["last_tick_at"]
@@ -86,8 +99,52 @@ class Command(cli.Command):
                     )
                 )
             )
-        if not any_rows and not as_json:
+        if not any_rows:
             self.stdout.write("no schedules (declare one with @periodic, then sync)")
+
+    def _show(self, opts):
+        name = opts["schedule"]
+        schedule = (
+            Schedule.objects.filter(name=name).annotate(last_state=F("last_job__state")).first()
+        )
+        if schedule is None:
+            raise cli.usage_error(f"no schedule {name!r} (`manage.py schedules list` lists them)")
+        runs = (
+            ScheduleRun.objects.filter(schedule=schedule)
+            .order_by("-at", "-id")
+            .annotate(job_state=F("job__state"))[: opts["runs"]]
+        )
+        data = {
+            **schedule_summary(schedule),
+            "runs": [
+                {
+                    "id": run.id,
+                    "tick": run.tick,
+                    "at": run.at,
+                    "outcome": run.outcome,
+                    "job_id": run.job_id,
+                    "job_state": run.job_state,
+                    "note": run.note or None,
+                }
+                for run in runs
+            ],
+        }
+        if opts["json"]:
+            self.stdout.write(cli.json_text(data))
+            return
+        for key, value in data.items():
+            if key != "runs":
+                self.stdout.write(cli.one_line(f"{key}: {'-' if value is None else value}"))
+        self.stdout.write(f"runs ({len(data['runs'])}):" if data["runs"] else "no runs recorded")
+        for run in data["runs"]:
+            made = f"job {run['job_id']} ({run['job_state'] or 'gone'})" if run["job_id"] else "-"
+            note = f": {run['note']}" if run["note"] else ""
+            self.stdout.write(
+                cli.one_line(
+                    f"  tick {run['tick'].isoformat()} at {run['at'].isoformat()} "
+                    f"{run['outcome']} {made}{note}"
+                )
+            )
 
 
 def schedule_summary(schedule: Schedule) -> dict:

@@ -12,6 +12,7 @@ from django.db import DataError, transaction
 from jobqueue import store, workflows
 from jobqueue.errors import UnstorableValue
 from jobqueue.management import cli
+from jobqueue.management.cli import described, summary
 from jobqueue.models import (
     MAX_ID,
     DeadLetter,
@@ -35,9 +36,6 @@ LIST_FIELDS = [
     "started_at",
     "updated_at",
 ]
-# A result's summary names at most this many of its keys, each cut to this many characters.
-SUMMARY_KEYS = 10
-SUMMARY_KEY_CHARS = 40
 
 
 class Command(cli.Command):
@@ -56,7 +54,7 @@ class Command(cli.Command):
             default=50,
             help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
         )
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
 
         show = sub.add_parser("show", help="One workflow with its steps, in the order they ran.")
         show.add_argument("id", type=WORKFLOW_ID)
@@ -98,15 +96,19 @@ class Command(cli.Command):
         # One row past the limit says whether to count the rest (the count is the slow part).
         rows = list(found.values(*LIST_FIELDS)[: limit + 1])
         more = found.count() - limit if len(rows) > limit else 0
-        for row in rows[:limit]:
-            if opts["json"]:
-                self.stdout.write(cli.json_text(listed(row)))
-                continue
-            parts = [f"{row['id']:>8} {row['state']:<8} {row['task_path']}"]
-            parts += [f"step={quoted(row['step'])}", waiting(row), f"job={row['job_id'] or '-'}"]
-            self.stdout.write(cli.one_line(" ".join(part for part in parts if part)))
+        if opts["json"]:
+            self.write_json_rows(listed(row) for row in rows[:limit])
+        else:
+            for row in rows[:limit]:
+                parts = [f"{row['id']:>8} {row['state']:<8} {row['task_path']}"]
+                parts += [
+                    f"step={quoted(row['step'])}",
+                    waiting(row),
+                    f"job={row['job_id'] or '-'}",
+                ]
+                self.stdout.write(cli.one_line(" ".join(part for part in parts if part)))
         if more > 0:
-            # On stderr under --json, where every stdout line must stay a JSON object.
+            # On stderr under --json, where stdout holds the one JSON document.
             (self.stderr if opts["json"] else self.stdout).write(cli.more_rows(more))
         if not rows and not opts["json"]:
             self.stdout.write("no workflows")
@@ -319,32 +321,6 @@ def quoted(name) -> str:
 
 def one_line(text: str) -> str:
     return text if text.isprintable() else repr(text)
-
-
-def summary(value) -> dict | None:
-    """A stored value's shape: enough to see a step returned something, none of its values."""
-    if value is None:
-        return None
-    size = len(cli.json_text(value).encode())
-    if isinstance(value, dict):
-        keys = [str(k)[:SUMMARY_KEY_CHARS] for k in list(value)[:SUMMARY_KEYS]]
-        return {"type": "object", "keys": keys, "key_count": len(value), "bytes": size}
-    if isinstance(value, list):
-        return {"type": "array", "items": len(value), "bytes": size}
-    kind = {str: "string", bool: "boolean"}.get(type(value), "number")
-    return {"type": kind, "bytes": size}
-
-
-def described(s: dict | None) -> str:
-    if s is None:
-        return "null"
-    if s["type"] == "object":
-        more = s["key_count"] - len(s["keys"])
-        keys = ", ".join(repr(k) for k in s["keys"]) + (f", … {more} more" if more else "")
-        return f"object {{{keys}}} ({s['bytes']} bytes)"
-    if s["type"] == "array":
-        return f"array of {s['items']} ({s['bytes']} bytes)"
-    return f"{s['type']} ({s['bytes']} bytes)"
 
 
 def shown(name: str, value, reveal: bool) -> dict:
