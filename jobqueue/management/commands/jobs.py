@@ -1,3 +1,4 @@
+from datetime import datetime
 from types import SimpleNamespace
 
 from django.db.models import Q
@@ -148,6 +149,8 @@ class Command(cli.Command):
                 continue
             if key.endswith("_summary"):
                 value = cli.described(value)
+            elif isinstance(value, datetime):
+                value = value.isoformat()
             self.stdout.write(cli.one_line(f"{key}: {'-' if value is None else value}"))
 
     def _act(self, opts):

@@ -137,12 +137,12 @@ class Command(cli.Command):
                 self.stdout.write(cli.one_line(f"{key}: {'-' if value is None else value}"))
         self.stdout.write(f"runs ({len(data['runs'])}):" if data["runs"] else "no runs recorded")
         for run in data["runs"]:
-            made = f"job {run['job_id']} ({run['job_state'] or 'gone'})" if run["job_id"] else "-"
+            made = f" job {run['job_id']} ({run['job_state'] or 'gone'})" if run["job_id"] else ""
             note = f": {run['note']}" if run["note"] else ""
             self.stdout.write(
                 cli.one_line(
                     f"  tick {run['tick'].isoformat()} at {run['at'].isoformat()} "
-                    f"{run['outcome']} {made}{note}"
+                    f"{run['outcome']}{made}{note}"
                 )
             )
 
