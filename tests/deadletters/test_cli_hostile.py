@@ -232,6 +232,21 @@ def test_list_arguments(letters, argv):
 
 
 @HYPOTHESIS
+@given(
+    st.one_of(
+        pairs({"--json": st.none(), "--backend": TEXTS}).map(lambda a: ["types", *a]),
+        st.tuples(
+            st.one_of(st.just("shop.receipt"), TEXTS),
+            pairs({"--json": st.none(), "--limit": LIMITS, "--backend": TEXTS}),
+        ).map(lambda t: ["causes", t[0], *t[1]]),
+        st.lists(TEXTS, max_size=2).map(lambda rest: ["causes", *rest]),
+    )
+)
+def test_types_and_causes_arguments(letters, argv):
+    check(["deadletters", *argv])
+
+
+@HYPOTHESIS
 @given(st.lists(st.one_of(IDS, st.none()), max_size=2), pairs({"--json": st.none()}))
 def test_show_arguments(letters, ids, argv):
     known = str(DeadLetter.objects.values_list("pk", flat=True).first())

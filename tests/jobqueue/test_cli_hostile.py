@@ -13,7 +13,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jobqueue.models import Job, Workflow, WorkflowSignal
+from jobqueue.models import Job, Schedule, Workflow, WorkflowSignal
 from tests.cli import command, row_counts, run
 from tests.conftest import BASE_DIR
 from tests.factories import JobFactory
@@ -342,6 +342,43 @@ def test_jobs_arguments(argv):
 @HYPOTHESIS
 @given(
     options(
+        {"--json": FLAG},
+        positionals=st.one_of(st.sampled_from(["1", "2"]), INTEGERS, TEXTS).map(
+            lambda i: ["show", i]
+        ),
+    )
+)
+def test_jobs_show_arguments(argv):
+    while Job.objects.count() < 2:
+        JobFactory()
+    check("jobs", argv)
+
+
+@HYPOTHESIS
+@given(
+    options(
+        {"--json": FLAG, "--runs": INTEGERS},
+        positionals=st.one_of(st.just("nightly"), TEXTS).map(lambda n: ["show", n]),
+    )
+)
+def test_schedules_show_arguments(argv):
+    now = timezone.now()
+    Schedule.objects.get_or_create(
+        name="nightly",
+        defaults={
+            "task_path": "tests.tasks.noop",
+            "cron": "0 3 * * *",
+            "next_run_at": now,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    check("schedules", argv)
+
+
+@HYPOTHESIS
+@given(
+    options(
         {"--args": JSONS, "--kwargs": JSONS, "--key": TEXTS, "--queue": TEXTS,
          "--priority": INTEGERS, "--delay": NUMBERS},
         positionals=st.one_of(
@@ -398,7 +435,7 @@ def test_queues_arguments(argv):
 @given(
     options(
         {"--older-than": NUMBERS, "--counters-older-than": NUMBERS,
-         "--workers-lost-for": st.one_of(NUMBERS, INTEGERS)}
+         "--workers-lost-for": st.one_of(NUMBERS, INTEGERS), "--json": FLAG}
     )
 )  # fmt: skip
 def test_prune_arguments(argv):
