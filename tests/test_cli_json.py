@@ -330,6 +330,7 @@ def check_jobs_show(seeded):
     assert [(a["attempt"], a["class"], a["message"]) for a in shown["attempts_failed"]] == [
         (e["attempt"], e["exception_class_path"], e["message"]) for e in job.errors
     ]
+    assert json.loads(run("jobs", "--json", "show", str(job.pk)).out) == shown
     holding = Job.objects.get(idempotency_key="mail:1")
     revealing = run("jobs", "show", str(holding.pk), "--json")
     assert SECRET not in revealing.out
@@ -372,7 +373,8 @@ def check_schedules_list(seeded):
     ]
     for row in rows:
         schedule = Schedule.objects.get(name=row["name"])
-        assert (row["cron"], row["next_run_at"], row["last_tick_at"]) == (
+        assert (row["id"], row["cron"], row["next_run_at"], row["last_tick_at"]) == (
+            schedule.pk,
             schedule.cron,
             schedule.next_run_at.isoformat(),
             iso(schedule.last_tick_at),

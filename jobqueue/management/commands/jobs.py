@@ -1,3 +1,4 @@
+import argparse
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -49,7 +50,10 @@ class Command(cli.Command):
             "keys, size; the console shows them masked).",
         )
         show.add_argument("id", type=JOB_ID)
-        show.add_argument("--json", action="store_true", help="One JSON object.")
+        # No default of its own: `jobs --json show ID` keeps the --json given before it.
+        show.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="One JSON object."
+        )
         parser.add_argument("--state", choices=JobStatus.values, default=None)
         parser.add_argument(
             "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."

@@ -150,6 +150,7 @@ class Command(cli.Command):
 def schedule_summary(schedule: Schedule) -> dict:
     """A schedule as `list --json` prints it."""
     return {
+        "id": schedule.pk,
         "name": schedule.name,
         "task": schedule.task_path,
         "cron": schedule.cron,
