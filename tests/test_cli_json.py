@@ -303,6 +303,9 @@ def check_jobs(seeded):
     assert [row["id"] for row in done] == list(
         Job.objects.filter(state=JobState.DONE).order_by("-id").values_list("id", flat=True)
     )
+    assert as_json(["jobs", "list", "--limit", "100"]) == rows
+    # Options before the sub-command count as after it.
+    assert as_json(["jobs", "--state", "done", "list"]) == done
     # The paused queue's note goes to stderr, where it cannot break the document.
     listing = run("jobs", "--json")
     assert "queue mail is PAUSED" in listing.err and "PAUSED" not in listing.out
@@ -468,6 +471,7 @@ LISTINGS = {
         ["deadletters", "causes", "shop.charge", "--limit", "-1"],
     ),
     ("jobs", ""): (check_jobs, ["jobs", "--state", "lost"]),
+    ("jobs", "list"): (check_jobs, ["jobs", "list", "--limit", "x"]),
     ("jobs", "show"): (check_jobs_show, ["jobs", "show", "999999"]),
     ("queues", "list"): (check_queues_list, ["queues", "list", "--bogus"]),
     ("queuehealth", ""): (check_queuehealth, ["queuehealth", "--fail-if", "nope>1"]),

@@ -54,22 +54,38 @@ class Command(cli.Command):
         show.add_argument(
             "--json", action="store_true", default=argparse.SUPPRESS, help="One JSON object."
         )
-        parser.add_argument("--state", choices=JobStatus.values, default=None)
-        parser.add_argument(
-            "--task", type=cli.column(Job, "task_path"), default=None, help="Only this task path."
-        )
-        parser.add_argument(
-            "--limit",
-            type=cli.integer(1, cli.MAX_LIST_LIMIT),
-            default=50,
-            help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
-        )
-        parser.add_argument("--json", action="store_true", help="One JSON array of objects.")
+        listing = sub.add_parser("list", help="Jobs, newest first (as `jobs` alone).")
+        defaults = {"state": None, "task": None, "limit": 50, "json": False}
+        # The sub-command's options have no defaults of their own, so that `jobs --state done
+        # list` keeps the --state given before it.
+        for each, default in (
+            (parser, defaults),
+            (listing, dict.fromkeys(defaults, argparse.SUPPRESS)),
+        ):
+            each.add_argument("--state", choices=JobStatus.values, default=default["state"])
+            each.add_argument(
+                "--task",
+                type=cli.column(Job, "task_path"),
+                default=default["task"],
+                help="Only this task path.",
+            )
+            each.add_argument(
+                "--limit",
+                type=cli.integer(1, cli.MAX_LIST_LIMIT),
+                default=default["limit"],
+                help=f"At most this many rows (default 50, at most {cli.MAX_LIST_LIMIT}).",
+            )
+            each.add_argument(
+                "--json",
+                action="store_true",
+                default=default["json"],
+                help="One JSON array of objects.",
+            )
 
     def handle(self, *args, **opts):
         if opts.get("command") == "show":
             return self._show(opts)
-        if opts.get("command"):
+        if opts.get("command") not in (None, "list"):
             return self._act(opts)
         now = timezone.now()
         jobs = Job.objects.order_by("-id")
