@@ -29,7 +29,7 @@ from jobqueue.models import (
     WorkflowSignal,
     WorkflowStep,
 )
-from tests.cli import command, run
+from tests.cli import command, row_counts, run
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -505,9 +505,11 @@ def test_the_json_of_each_listing_is_what_the_database_holds(seeded, key):
 @pytest.mark.parametrize("key", sorted(LISTINGS), ids=lambda key: " ".join(filter(None, key)))
 def test_a_refused_argument_under_json_is_one_line_on_stderr(seeded, key):
     _, argv = LISTINGS[key]
+    before = row_counts()
     refused = run(*argv, "--json")
-    assert refused.refused_cleanly, refused
+    assert refused.refused_cleanly, refused  # status 2, one line on stderr, nothing on stdout
     assert "Traceback" not in refused.err
+    assert row_counts() == before  # prune's refusal deletes nothing
 
 
 @pytest.mark.parametrize(
