@@ -12,7 +12,7 @@ import pytest
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from deadletters import redaction
+from deadletters import actions, redaction
 from jobqueue import store
 from jobqueue.models import (
     UNFINISHED,
@@ -58,6 +58,12 @@ NOT_LISTINGS = {
     ("runworker", ""): "a long-running process",
     ("runrelay", ""): "a long-running process",
     ("createoperator", ""): "creates or updates a user",
+    ("act", "confirm"): "carries out a frozen selection (its --json is the outcome)",
+    # One sub-command for each action of the registry (deadletters.actions).
+    **{
+        ("act", name): "an action of the registry (its --json is the outcome)"
+        for name in actions.REGISTRY
+    },
 }
 
 
@@ -458,6 +464,12 @@ def check_prune(seeded):
     assert not WorkerRecord.objects.exists()
 
 
+def check_act_list(seeded):
+    rows = as_json(["act", "list"])
+    assert [row["name"] for row in rows] == list(actions.REGISTRY)
+    assert rows == [actions.as_json(action) for action in actions.REGISTRY.values()]
+
+
 # Each listing, how to check its JSON, and an argument it refuses (after --json).
 LISTINGS = {
     ("deadletters", "list"): (check_deadletters_list, ["deadletters", "list", "--limit", "0"]),
@@ -481,6 +493,7 @@ LISTINGS = {
     ("workflows", "show"): (check_workflows_show, ["workflows", "show", "x"]),
     ("audit", "list"): (check_audit_list, ["audit", "list", "--limit", "10001"]),
     ("prune", ""): (check_prune, ["prune", "--older-than", "-1"]),
+    ("act", "list"): (check_act_list, ["act", "list", "--bogus"]),
 }
 
 
