@@ -55,6 +55,14 @@ def test_eight_workers_enqueue_exactly_one_job_per_tick_through_kills(workers):
     assert Schedule.objects.get(pk=schedule.pk).next_run_at == first_tick
 
     eight = [workers.start("--poll", "0.05") for _ in range(8)]
+    # Each one up (its SIGTERM handler installed) before any is signalled: on a loaded machine
+    # the first to start can take the ten ticks while the last is still importing Django, and
+    # a SIGTERM then ends it as the default action does (-15), not as a drain.
+    wait_until(
+        lambda: all("event=worker_started" in Path(p.log_path).read_text() for p in eight),
+        timeout=120,
+        message="all eight workers up",
+    )
     wait_until(lambda: len(enqueued(schedule)) >= 4, timeout=60, message="four ticks")
     eight[3].kill()  # one of the eight dies mid-run
     eight[3].wait()
