@@ -5,6 +5,10 @@ login. Labels are queue and task only, whose number the code bounds; with more t
 database (several Redrive TASKS backends, each with its own OPTIONS["DATABASE"]), also
 `backend`, each backend's figures read from its own database.
 
+Run time and queue wait are histograms of the attempts finished in the last hour, from the
+per-minute timing rollups (jobqueue.timing), with the rollups' bucket bounds as `le`: a window,
+not a counter since start, so histogram_quantile() reads them as they are, without rate().
+
 prometheus-client (the `redrive[metrics]` extra) is imported when the page is served, so a
 project that routes no /metrics never needs it; one that routes it without the extra is told
 so by `manage.py check` (redrive.E002).
@@ -23,6 +27,7 @@ from jobqueue.databases import queue_databases
 from jobqueue.health import snapshot
 from jobqueue.logfmt import logfmt
 from jobqueue.loop import first_line
+from jobqueue.timing import RUN, WAIT, timings
 
 logger = logging.getLogger("jobqueue.metrics")
 
@@ -40,6 +45,13 @@ PER_ROW = [
     ("redrive_oldest_ready_age_seconds", "Age of the oldest due job.", "oldest_ready_age"),
 ]
 
+TIMING_MINUTES = 60
+
+
+def le_text(bound: float) -> str:
+    """A bucket bound as Prometheus writes `le`: 0.0025, 1.0, +Inf."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
 
 class HealthCollector:
     """Every figure of every queue database, each read from its own database. With more than
@@ -47,15 +59,16 @@ class HealthCollector:
     with one, the labels are as they always were."""
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
         now = timezone.now()
         known = queue_databases()
         by = ["backend"] if len(known) > 1 else []
-        parts, up = [], []
+        parts, up, reached = [], [], []
         for q in known:
             try:
                 parts.append((q.name, snapshot(now=now, using=q.database)))
+                reached.append((q.name, q.database))
             except DatabaseError as exc:
                 if not by:
                     raise  # the only database: the scrape fails, which Prometheus reports
@@ -100,6 +113,30 @@ class HealthCollector:
                             labelled(backend, row.queue, row.task, outcome),
                             getattr(row, f"{outcome}_{window}"),
                         )
+            yield family
+        histograms = [
+            (RUN, "redrive_job_run_seconds", "Run time of the attempts finished in the last hour."),
+            (
+                WAIT,
+                "redrive_job_queue_wait_seconds",
+                "Wait from due to claimed of the attempts finished in the last hour.",
+            ),
+        ]
+        per_backend = [
+            (backend, timings(now, TIMING_MINUTES, using=using)) for backend, using in reached
+        ]
+        for kind, name, doc in histograms:
+            family = HistogramMetricFamily(name, doc, labels=[*by, "queue", "task"])
+            for backend, found in per_backend:
+                for (queue, task), timing in sorted(found.items()):
+                    histogram = timing.run if kind == RUN else timing.wait
+                    if not histogram.total:
+                        continue
+                    family.add_metric(
+                        labelled(backend, queue, task),
+                        [(le_text(bound), count) for bound, count in histogram.cumulative()],
+                        histogram.seconds,
+                    )
             yield family
         paused = GaugeMetricFamily(
             "redrive_queue_paused",

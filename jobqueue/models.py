@@ -403,6 +403,34 @@ class JobCounter(models.Model):
         return f"{self.minute:%H:%M} {self.task_path}"
 
 
+class JobTiming(models.Model):
+    """Run time or queue wait of the attempts finished per minute, queue and task, as counts in
+    one histogram bucket (jobqueue.timing.BOUNDS) and the sum of their seconds: percentiles and
+    histograms over any window without scanning jobs. Workers add to these in their heartbeat,
+    with the counters, and they are pruned with them."""
+
+    minute = models.DateTimeField()
+    queue_name = models.CharField(max_length=100)
+    task_path = models.CharField(max_length=255)
+    kind = models.CharField(max_length=4, choices=[("run", "Run time"), ("wait", "Queue wait")])
+    bucket = models.PositiveSmallIntegerField()  # an index into jobqueue.timing.BOUNDS
+    count = models.PositiveIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "queue_name", "task_path", "kind", "bucket"],
+                name="jobqueue_timing_uniq",
+            )
+        ]
+        # A task's page reads one task's rows of a window.
+        indexes = [models.Index(fields=["task_path", "minute"], name="jobqueue_timing_task_idx")]
+
+    def __str__(self):
+        return f"{self.minute:%H:%M} {self.task_path} {self.kind}[{self.bucket}]"
+
+
 class Execution(models.Model):
     """An idempotency key recorded in the same transaction as the work it guards: the work and
     the record commit together or not at all, so a job run twice does its effect once."""

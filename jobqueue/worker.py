@@ -66,6 +66,7 @@ from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_i
 from jobqueue.models import Job, JobState
 from jobqueue.store import sources
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
+from jobqueue.timing import RUN, WAIT, queue_wait
 
 logger = logging.getLogger("jobqueue.worker")
 # Jobs leased beyond the running ones, at most: the window is a quarter second of work, so the
@@ -1015,6 +1016,8 @@ class Worker(Loop):
                     tally = self._tally(job, minute)
                     tally.succeeded += 1
                     tally.last_success_at = now
+                    tally.observe(RUN, fin.duration)
+                    tally.observe(WAIT, queue_wait(job))
                 job.state, job.return_value, job.finished_at = JobState.DONE, fin.value, now
                 if logged:
                     lines.append(succeeded_line(job, fin.duration))
@@ -1060,6 +1063,8 @@ class Worker(Loop):
                 tally = self._tally(job, now.replace(second=0, microsecond=0))
                 tally.failed += 1
                 tally.dead += retry_at is None
+                tally.observe(RUN, duration)
+                tally.observe(WAIT, queue_wait(job))
                 if retry_at is not None:
                     self.stats.retried += 1
                 else:
@@ -1112,13 +1117,7 @@ class Worker(Loop):
         except DatabaseError:
             with self._counts:
                 for key, tally in tallies.items():  # keep them for the next try
-                    mine = self._tallies.setdefault(key, store.Tally())
-                    mine.succeeded += tally.succeeded
-                    mine.failed += tally.failed
-                    mine.dead += tally.dead
-                    mine.last_success_at = max(
-                        filter(None, [mine.last_success_at, tally.last_success_at]), default=None
-                    )
+                    self._tallies.setdefault(key, store.Tally()).add(tally)
             raise
         self._obey(command)
 

@@ -20,6 +20,14 @@ ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
     END
 """
 
+TIMINGS_UPSERT = """
+INSERT INTO jobqueue_jobtiming (minute, queue_name, task_path, kind, bucket, count, seconds)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (minute, queue_name, task_path, kind, bucket) DO UPDATE SET
+    count = jobqueue_jobtiming.count + excluded.count,
+    seconds = jobqueue_jobtiming.seconds + excluded.seconds
+"""
+
 # Per-key ordering, the rule of every outbox claim: a message with a key is claimable only if no
 # earlier message with the same key is pending or leased, so a key has at most one message in
 # flight and they go out in id order. A dead one does not hold its key back (one poison message

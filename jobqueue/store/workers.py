@@ -3,24 +3,50 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connections, transaction
 from django.utils import timezone
 
 from jobqueue.models import AuditEntry, WorkerRecord
+from jobqueue.timing import bucket_of
 
 from . import audit
-from .sql_common import COUNTERS_UPSERT
+from .sql_common import COUNTERS_UPSERT, TIMINGS_UPSERT
 
 
 @dataclass
 class Tally:
+    """A worker's outcomes of one minute, queue and task, not yet written: the counts, and the
+    run times and queue waits as [count, seconds] per (kind, bucket) (jobqueue.timing)."""
+
     succeeded: int = 0
     failed: int = 0
     dead: int = 0
     last_success_at: datetime | None = None
+    timings: dict[tuple[str, int], list] = field(default_factory=dict)
+
+    def observe(self, kind: str, seconds: float | None) -> None:
+        """Count one run time or queue wait (None: not known, not counted)."""
+        if seconds is None:
+            return
+        slot = self.timings.setdefault((kind, bucket_of(seconds)), [0, 0.0])
+        slot[0] += 1
+        slot[1] += seconds
+
+    def add(self, other: Tally) -> None:
+        """Take `other`'s counts too (a flush that failed, kept for the next)."""
+        self.succeeded += other.succeeded
+        self.failed += other.failed
+        self.dead += other.dead
+        self.last_success_at = max(
+            filter(None, [self.last_success_at, other.last_success_at]), default=None
+        )
+        for key, (count, seconds) in other.timings.items():
+            slot = self.timings.setdefault(key, [0, 0.0])
+            slot[0] += count
+            slot[1] += seconds
 
 
 def record_worker(
@@ -38,8 +64,9 @@ def record_worker(
     now: datetime | None = None,
     using: str = "default",
 ) -> str:
-    """Upsert the worker's record and add its tallies to the per-minute counters, atomically;
-    returns the operator's command waiting for it ("quiet", "stop" or "")."""
+    """Upsert the worker's record and add its tallies to the per-minute counters and timing
+    buckets, atomically; returns the operator's command waiting for it ("quiet", "stop" or
+    "")."""
     now = now or timezone.now()
     connection = connections[using]
     ts = connection.ops.adapt_datetimefield_value
@@ -75,6 +102,13 @@ def record_worker(
                         for (minute, queue, task), t in tallies.items()
                     ],
                 )
+                buckets = [
+                    (ts(minute), queue, task, kind, bucket, count, seconds)
+                    for (minute, queue, task), t in tallies.items()
+                    for (kind, bucket), (count, seconds) in t.timings.items()
+                ]
+                if buckets:
+                    cursor.executemany(TIMINGS_UPSERT, buckets)
     return record.command
 
 

@@ -4,7 +4,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.management import cli
-from jobqueue.models import JobCounter, WorkerRecord
+from jobqueue.models import JobCounter, JobTiming, WorkerRecord
 from jobqueue.outbox import setting
 from jobqueue.store import outbox_messages as outbox_store
 
@@ -16,9 +16,9 @@ DAYS = cli.number(0, MAX_DAYS, unit="days")
 class Command(cli.Command):
     help = (
         "Delete published outbox messages older than the retention (unpublished ones stay), "
-        "finished jobs (done or cancelled) older than theirs, per-minute job counters older "
-        "than the health window, and the records of workers that stopped heartbeating long "
-        "ago (crashed; a clean exit removes its own)."
+        "finished jobs (done or cancelled) older than theirs, per-minute job counters and "
+        "timing buckets older than the health window, and the records of workers that "
+        "stopped heartbeating long ago (crashed; a clean exit removes its own)."
     )
 
     def add_arguments(self, parser):
@@ -43,7 +43,8 @@ class Command(cli.Command):
             type=DAYS,
             default=7.0,
             metavar="DAYS",
-            help="Keep per-minute job counters this long (default 7; health reads the last hour).",
+            help="Keep per-minute job counters and timings this long (default 7; health reads the "
+            "last hour, timings up to 7 days).",
         )
 
         parser.add_argument(
@@ -97,6 +98,14 @@ class Command(cli.Command):
                 ).delete()[0],
                 opts["counters_older_than"],
                 "job counter row(s) older than",
+            ),
+            (
+                "job_timings",
+                JobTiming.objects.filter(
+                    minute__lt=now - timedelta(days=opts["counters_older_than"])
+                ).delete()[0],
+                opts["counters_older_than"],
+                "job timing row(s) older than",
             ),
             (
                 "workers",
