@@ -404,12 +404,14 @@ class JobCounter(models.Model):
 
 
 class JobTiming(models.Model):
-    """Run time or queue wait of the attempts finished per minute, queue and task, as counts in
-    one histogram bucket (jobqueue.timing.BOUNDS) and the sum of their seconds: percentiles and
-    histograms over any window without scanning jobs. Workers add to these in their heartbeat,
-    with the counters, and they are pruned with them."""
+    """Run time or queue wait of the attempts finished per minute (span 1) or per hour (span 60),
+    queue and task, as counts in one histogram bucket (jobqueue.timing.BOUNDS) and the sum of
+    their seconds: percentiles and histograms over any window without scanning jobs, a long one
+    mostly from hours. Workers add to both in their heartbeat, with the counters, and they are
+    pruned with them."""
 
-    minute = models.DateTimeField()
+    span = models.PositiveSmallIntegerField(default=1)  # minutes: 1 or 60
+    minute = models.DateTimeField()  # the first minute of the span
     queue_name = models.CharField(max_length=100)
     task_path = models.CharField(max_length=255)
     kind = models.CharField(max_length=4, choices=[("run", "Run time"), ("wait", "Queue wait")])
@@ -420,15 +422,17 @@ class JobTiming(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["minute", "queue_name", "task_path", "kind", "bucket"],
+                fields=["span", "minute", "queue_name", "task_path", "kind", "bucket"],
                 name="jobqueue_timing_uniq",
             )
         ]
         # A task's page reads one task's rows of a window.
-        indexes = [models.Index(fields=["task_path", "minute"], name="jobqueue_timing_task_idx")]
+        indexes = [
+            models.Index(fields=["task_path", "span", "minute"], name="jobqueue_timing_task_idx")
+        ]
 
     def __str__(self):
-        return f"{self.minute:%H:%M} {self.task_path} {self.kind}[{self.bucket}]"
+        return f"{self.minute:%H:%M}+{self.span}m {self.task_path} {self.kind}[{self.bucket}]"
 
 
 class Execution(models.Model):

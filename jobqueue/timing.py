@@ -2,9 +2,10 @@
 
 A worker sorts each finished attempt's run time (its handler's duration) and queue wait (from
 the job being due, `run_after`, to its claim) into BOUNDS and adds the counts to its per-minute
-tallies; the store writes them with the counters on the worker's heartbeat (jobqueue_jobtiming,
-pruned with the counters). Reading a window sums a few rows per minute whatever the number of
-jobs, and percentiles come from the buckets, as Prometheus' histogram_quantile computes them.
+tallies; the store writes them with the counters on the worker's heartbeat, per minute and per
+hour (jobqueue_jobtiming, pruned with the counters). Reading a window sums the rows of its whole
+hours and of the minutes at its ends, whatever the number of jobs, and percentiles come from the
+buckets, as Prometheus' histogram_quantile computes them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 RUN, WAIT = "run", "wait"
 KINDS = (RUN, WAIT)
@@ -110,6 +111,23 @@ def window_start(now: datetime, minutes: int) -> datetime:
     return (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
 
 
+def spans(start: datetime, now: datetime) -> Q:
+    """The rollup rows that cover the minutes from `start` to now's, each once: the hours
+    wholly inside from the hourly rows, the minutes before the first and since the last
+    whole hour from the per-minute ones. A week reads 168 hours and at most 119 minutes."""
+    first_hour = start.replace(minute=0)
+    if first_hour < start:
+        first_hour += timedelta(hours=1)
+    this_hour = now.replace(minute=0, second=0, microsecond=0)
+    if first_hour >= this_hour:
+        return Q(span=1, minute__gte=start)
+    return (
+        Q(span=60, minute__gte=first_hour, minute__lt=this_hour)
+        | Q(span=1, minute__gte=start, minute__lt=first_hour)
+        | Q(span=1, minute__gte=this_hour)
+    )
+
+
 def timings(
     now: datetime,
     minutes: int,
@@ -119,10 +137,12 @@ def timings(
     using: str = "default",
 ) -> dict[tuple[str, str], Timing]:
     """Each (queue, task)'s histograms over the last `minutes` (of one task if given): one
-    grouped read of the rollups, a row per kind and bucket each pair has used."""
+    grouped read of the rollups, whole hours from the hourly rows."""
     from jobqueue.models import JobTiming
 
-    rows = JobTiming.objects.using(using).filter(minute__gte=window_start(now, minutes))
+    now = now.astimezone(UTC)  # the hourly rows are whole UTC hours
+    start = window_start(now, minutes)
+    rows = JobTiming.objects.using(using).filter(spans(start, now))
     if task is not None:
         rows = rows.filter(task_path=task)
     if exclude_queues:

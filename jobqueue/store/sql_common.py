@@ -21,9 +21,10 @@ ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
 """
 
 TIMINGS_UPSERT = """
-INSERT INTO jobqueue_jobtiming (minute, queue_name, task_path, kind, bucket, count, seconds)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (minute, queue_name, task_path, kind, bucket) DO UPDATE SET
+INSERT INTO jobqueue_jobtiming
+    (span, minute, queue_name, task_path, kind, bucket, count, seconds)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (span, minute, queue_name, task_path, kind, bucket) DO UPDATE SET
     count = jobqueue_jobtiming.count + excluded.count,
     seconds = jobqueue_jobtiming.seconds + excluded.seconds
 """

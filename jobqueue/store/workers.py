@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -47,6 +47,23 @@ class Tally:
             slot = self.timings.setdefault(key, [0, 0.0])
             slot[0] += count
             slot[1] += seconds
+
+
+def timing_rows(tallies: dict[tuple[datetime, str, str], Tally]) -> list[tuple]:
+    """The tallies' timing buckets as rows of the minute and of its hour, added up per row and
+    sorted: workers flushing at once lock the rows they share in the same order (no deadlock)."""
+    rows: dict[tuple, list] = {}
+    for (minute, queue, task), t in tallies.items():
+        hour = minute.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        for (kind, bucket), (count, seconds) in t.timings.items():
+            for key in (
+                (1, minute, queue, task, kind, bucket),
+                (60, hour, queue, task, kind, bucket),
+            ):
+                slot = rows.setdefault(key, [0, 0.0])
+                slot[0] += count
+                slot[1] += seconds
+    return [(*key, count, seconds) for key, (count, seconds) in sorted(rows.items())]
 
 
 def record_worker(
@@ -102,13 +119,12 @@ def record_worker(
                         for (minute, queue, task), t in tallies.items()
                     ],
                 )
-                buckets = [
-                    (ts(minute), queue, task, kind, bucket, count, seconds)
-                    for (minute, queue, task), t in tallies.items()
-                    for (kind, bucket), (count, seconds) in t.timings.items()
-                ]
+                buckets = timing_rows(tallies)
                 if buckets:
-                    cursor.executemany(TIMINGS_UPSERT, buckets)
+                    cursor.executemany(
+                        TIMINGS_UPSERT,
+                        [(span, ts(start), *rest) for span, start, *rest in buckets],
+                    )
     return record.command
 
 

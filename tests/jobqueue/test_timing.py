@@ -79,7 +79,9 @@ def test_the_store_adds_the_tallied_buckets_exactly():
     flush({(MINUTE, "default", "a.task"): tally(runs=[0.02], waits=[5.0, 4000.0], succeeded=1)})
     rows = {
         (r.kind, r.bucket): (r.count, round(r.seconds, 6))
-        for r in JobTiming.objects.filter(minute=MINUTE, queue_name="default", task_path="a.task")
+        for r in JobTiming.objects.filter(
+            span=1, minute=MINUTE, queue_name="default", task_path="a.task"
+        )
     }
     assert rows == {
         ("run", BOUNDS.index(0.025)): (3, 0.06),
@@ -87,6 +89,40 @@ def test_the_store_adds_the_tallied_buckets_exactly():
         ("wait", BOUNDS.index(5.0)): (2, 10.0),
         ("wait", len(BOUNDS)): (1, 4000.0),
     }
+
+
+def test_each_minutes_buckets_are_added_to_its_hours_too():
+    flush({(MINUTE, "default", "a.task"): tally(runs=[0.02])})
+    flush(
+        {
+            (MINUTE - timedelta(minutes=29), "default", "a.task"): tally(runs=[0.02, 0.3]),
+            (MINUTE + timedelta(minutes=30), "default", "a.task"): tally(runs=[0.02]),
+        }
+    )
+    hours = {
+        (r.minute, r.bucket): r.count for r in JobTiming.objects.filter(span=60).order_by("minute")
+    }
+    noon = MINUTE.replace(minute=0)
+    assert hours == {
+        (noon, BOUNDS.index(0.025)): 2,
+        (noon, BOUNDS.index(0.5)): 1,
+        (noon + timedelta(hours=1), BOUNDS.index(0.025)): 1,
+    }
+
+
+def test_a_window_counts_each_attempt_once_from_whole_hours_and_its_end_minutes():
+    # NOW is 12:30:15: the 6 h window starts at 06:31 and reads 07:00 to 11:59 by the hour.
+    for minute in ("06:30", "06:31", "06:59", "07:00", "09:10", "11:59", "12:00", "12:30"):
+        hours, minutes = map(int, minute.split(":"))
+        at = MINUTE.replace(hour=hours, minute=minutes)
+        flush({(at, "default", "a.task"): tally(runs=[0.02])})
+    six = timing.timings(NOW, 6 * 60)["default", "a.task"]
+    assert six.run.total == 7  # all but 06:30
+    # The last hour starts at 11:31: 11:59 from its minute, 12:00 and 12:30.
+    assert timing.timings(NOW, 60)["default", "a.task"].run.total == 3
+    # An hour read from its hourly row: without its minutes it still counts.
+    JobTiming.objects.filter(span=1, minute=MINUTE.replace(hour=9, minute=10)).delete()
+    assert timing.timings(NOW, 6 * 60)["default", "a.task"].run.total == 7
 
 
 def test_a_tally_kept_after_a_failed_flush_keeps_its_timings():
@@ -125,11 +161,11 @@ def test_the_worker_tallies_each_attempts_run_time_and_its_wait_from_due_to_clai
     assert Job.objects.get(pk=job.pk).state == "done"
     rows = {
         (r.task_path, r.kind): (r.bucket, r.count)
-        for r in JobTiming.objects.filter(minute=now.replace(second=0, microsecond=0))
+        for r in JobTiming.objects.filter(span=1, minute=now.replace(second=0, microsecond=0))
     }
     # The wait is exact: due 90 s before the worker's (fixed) clock claimed it.
     assert rows[("tests.tasks.noop", "wait")] == (BOUNDS.index(120.0), 1)
-    assert JobTiming.objects.get(task_path="tests.tasks.noop", kind="wait").seconds == 90.0
+    assert JobTiming.objects.get(task_path="tests.tasks.noop", kind="wait", span=1).seconds == 90.0
     assert rows[("tests.tasks.noop", "run")][1] == 1
     assert rows[("tests.tasks.permanent", "run")][1] == 1  # a failed attempt ran too
 
@@ -150,7 +186,8 @@ def test_prune_drops_timings_with_the_counters():
         }
     )
     call_command("prune", stdout=io.StringIO())
-    assert list(JobTiming.objects.values_list("minute", flat=True)) == [recent]
+    kept = JobTiming.objects.values_list("span", "minute").order_by("span")
+    assert list(kept) == [(1, recent), (60, recent.replace(minute=0))]
 
 
 def test_metrics_expose_the_last_hours_rollups_as_histograms(client, settings):
