@@ -1,7 +1,7 @@
-"""Console speed at 1,000,000 dead letters over 20 job types, and the jobs browser at 1,000,000
-jobs (PostgreSQL).
+"""Console speed at 1,000,000 dead letters over 20 job types, the jobs browser at 1,000,000
+jobs, and the timing pages over a week of timing rollups (PostgreSQL).
 
-    uv run python bench/console.py [--rows 1000000] [--keep]
+    uv run python bench/console.py [--rows 1000000] [--keep] [--timing-only]
 
 Creates (and afterwards drops, unless --keep) the database `redrive_bench_console` next to the
 one DATABASE_URL names (default postgres://postgres@127.0.0.1:5432/), migrates it, fills it
@@ -23,7 +23,8 @@ sys.path.insert(0, str(BASE_DIR))
 
 from bench.benchdb import database_url, drop_database, recreate_database  # noqa: E402
 
-BENCH_DB = "redrive_bench_console"
+# BENCH_CONSOLE_DB: another name, for two checkouts benching on one server at once.
+BENCH_DB = os.environ.get("BENCH_CONSOLE_DB", "redrive_bench_console")
 JOB_TYPES = 20
 REPEAT = 20
 
@@ -32,7 +33,7 @@ INSERT INTO jobqueue_deadletter (
     source, original_job_id, task_path, queue_name, priority, backend, args, kwargs,
     idempotency_key, max_attempts, attempts, last_error, error_class, traceback, errors,
     first_failed_at, dead_lettered_at, state, replays, last_replayed_at, discarded_at,
-    fingerprint
+    fingerprint, message_digest
 )
 SELECT
     'jobqueue', g,
@@ -56,7 +57,8 @@ SELECT
     CASE WHEN (g * 7919) %% 100 BETWEEN 85 AND 92 OR g %% 40 = 0 THEN 1 ELSE 0 END,
     NULL, NULL,
     -- A dozen causes per error class, as fingerprints group them (jobqueue.fingerprints).
-    substr(md5(((g / 7) %% 5)::text || ':' || (g %% 13)::text), 1, 16)
+    substr(md5(((g / 7) %% 5)::text || ':' || (g %% 13)::text), 1, 16),
+    ''  -- a broker message's digest; none for a job's letter
 FROM (
     SELECT g, now() - g * (interval '30 days' / %(rows)s) AS ts
     FROM generate_series(1::bigint, %(rows)s::bigint) AS g
@@ -97,6 +99,25 @@ FROM (
 """
 
 
+# A week of timing rollups from a queue busier than a million jobs: every one of the 60 queue and
+# task pairs finishes attempts every minute, in three run-time buckets and two queue-wait ones;
+# each minute's rows are added to its hour's, as the store writes them.
+FILL_TIMINGS = """
+INSERT INTO jobqueue_jobtiming (span, minute, queue_name, task_path, kind, bucket, count, seconds)
+SELECT 1, m, q, t, k, b, 1 + (p + b) %% 3, (1 + (p + b) %% 3) * 0.01 * b
+FROM generate_series(date_trunc('minute', now()) - interval '7 days',
+                     date_trunc('minute', now()), interval '1 minute') AS m,
+     generate_series(0, 59) AS p,
+     LATERAL (SELECT 'bench.tasks.job_' || lpad((p %% %(types)s)::text, 2, '0') AS t,
+                     (ARRAY['default', 'mail', 'billing'])[1 + p %% 3] AS q) AS names,
+     (VALUES ('run', 4), ('run', 5), ('run', 6), ('wait', 2), ('wait', 9)) AS kb(k, b);
+INSERT INTO jobqueue_jobtiming (span, minute, queue_name, task_path, kind, bucket, count, seconds)
+SELECT 60, date_trunc('hour', minute), queue_name, task_path, kind, bucket, sum(count),
+       sum(seconds)
+FROM jobqueue_jobtiming WHERE span = 1 GROUP BY 2, 3, 4, 5, 6;
+"""
+
+
 def median_ms(fn, repeat=REPEAT, warmup=2):
     for _ in range(warmup):
         fn()
@@ -116,6 +137,11 @@ def main():
     parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
     parser.add_argument("--reuse", action="store_true", help="Reuse a kept, filled database.")
     parser.add_argument("--jobs", type=int, default=1_000_000, help="rows for the jobs browser")
+    parser.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="Only the jobs (for the health page's figures) and the timing pages.",
+    )
     args = parser.parse_args()
 
     bench_url = database_url(BENCH_DB) if args.reuse else recreate_database(BENCH_DB)
@@ -125,7 +151,10 @@ def main():
 
     django.setup()
     try:
-        run(args)
+        if args.timing_only:
+            timing_pages(args, None)
+        else:
+            run(args)
     finally:
         from django.db import connections
 
@@ -376,6 +405,7 @@ def run(args):
     print(f"{'PASS' if run_seconds < 30 else 'MISS'}  a {args.replay:,}-item replay run under 30 s")
     if args.jobs:
         jobs_browser(args, client)
+    timing_pages(args, client)
 
 
 def jobs_browser(args, client):
@@ -472,6 +502,93 @@ def jobs_browser(args, client):
         print(f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}")
     print(
         f"{'PASS' if slowest < 100 else 'MISS'}  every jobs-browser page under 100 ms "
+        f"(slowest {slowest:.1f})"
+    )
+
+
+def timing_pages(args, client):
+    """The health page and a task's timing page over each window, at --jobs jobs and a week of
+    timing rollups; each beside the bare grouped SELECT of the same rollup rows."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from deadletters.roles import assign
+    from jobqueue import timing
+    from jobqueue.models import JobTiming
+    from tests.factories import UserFactory
+
+    if client is None:  # --timing-only: a database of its own making
+        if not args.reuse:
+            call_command("migrate", verbosity=0)
+            with connection.cursor() as cursor:
+                cursor.execute(FILL_JOBS, {"rows": args.jobs, "types": JOB_TYPES})
+        user = UserFactory(username="bench-timing")
+        assign(user, "admin")
+        client = Client()
+        client.force_login(user)
+    if not args.reuse or not JobTiming.objects.exists():
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute(FILL_TIMINGS, {"types": JOB_TYPES})
+            cursor.execute("VACUUM ANALYZE")
+        print(
+            f"\nfilled {JobTiming.objects.count():,} timing rollup rows (a week) in "
+            f"{time.perf_counter() - started:.1f}s"
+        )
+
+    def get(url, **params):
+        def call():
+            response = client.get(url, params)
+            assert response.status_code == 200, (url, response.status_code)
+
+        return call
+
+    def sql(window, task=None):
+        def call():
+            from django.utils import timezone
+
+            now = timezone.now()
+            start = timing.window_start(now, timing.WINDOWS[window])
+            rows = JobTiming.objects.filter(timing.spans(start, now))
+            if task:
+                rows = rows.filter(task_path=task)
+            query, params = rows.values_list("id").query.sql_with_params()
+            group = (
+                "SELECT queue_name, task_path, kind, bucket, sum(count), sum(seconds) "
+                f"FROM jobqueue_jobtiming WHERE id IN ({query}) GROUP BY 1, 2, 3, 4"
+            )
+            with connection.cursor() as cursor:
+                cursor.execute(group, params)
+                cursor.fetchall()
+
+        return call
+
+    task = "bench.tasks.job_07"
+    cases = [
+        *(
+            (
+                f"timing of {task}, last {window}",
+                get(f"/deadletters/health/tasks/{task}/", window=window),
+                sql(window, task),
+            )
+            for window in timing.WINDOWS
+        ),
+        *(
+            (f"health with timing, last {window}", get("/deadletters/health/", window=window),
+             sql(window))
+            for window in ("1h", "7d")
+        ),
+    ]  # fmt: skip
+    print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}")
+    slowest = 0.0
+    for name, page_call, baseline_call in cases:
+        page_ms, base_ms = median_ms(page_call), median_ms(baseline_call)
+        if name.startswith("timing"):
+            slowest = max(slowest, page_ms)
+        print(f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}")
+    print(
+        f"{'PASS' if slowest < 100 else 'MISS'}  every task timing page under 100 ms "
         f"(slowest {slowest:.1f})"
     )
 

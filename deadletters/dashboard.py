@@ -1,16 +1,20 @@
-"""The console's home: queue health (jobqueue.health) with per-minute charts of the last hour."""
+"""The console's home: queue health (jobqueue.health) with per-minute charts of the last hour,
+and run time and queue wait per queue and task over a chosen window (jobqueue.timing), with a
+page per task."""
 
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db.models import Sum
+from django.shortcuts import render
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_GET
 
 from deadletters import conf, databases
 from deadletters.roles import CONTROL_WORKER, PAUSE_QUEUE
 from deadletters.views import console_view, render_page, whole_page
-from jobqueue import store
+from jobqueue import store, timing
 from jobqueue.health import SUMMED, Health, failure_rate, snapshot
 from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
 
@@ -98,6 +102,162 @@ def chart(title, noun, tone, values, now, minutes=MINUTES) -> Chart:
     ticks = [0, top // 2, top] if top % 2 == 0 else [0, top]
     y_ticks = [(TOP + PLOT_HEIGHT - PLOT_HEIGHT * t / top, t) for t in ticks]
     return Chart(title, noun, tone, sum(values), bars, y_ticks, x_ticks)
+
+
+# A histogram's SVG: one slot per bucket, the bound under every third.
+H_SLOT, H_BAR = 14, 11
+H_WIDTH = LEFT + H_SLOT * timing.BUCKETS + RIGHT
+H_LABEL_EVERY = 3
+
+
+@dataclass
+class HistogramChart:
+    title: str
+    tone: str
+    total: int
+    quantiles: list[tuple[str, str]]  # ("p50", "42 ms")
+    bars: list[Bar]
+    y_ticks: list[tuple[float, int]]
+    x_ticks: list[tuple[float, str]]
+    bars_svg: str  # the bars' markup, escaped
+
+
+def histogram_chart(title, tone, histogram: timing.Histogram) -> HistogramChart:
+    """One histogram as an SVG bar chart: a bar per bucket scaled to a round top, the bucket's
+    bound below every third, its range and count on hover."""
+    top = nice_top(max(histogram.counts))
+    bars, x_ticks = [], []
+    lower = "0"
+    for i, (bound, value) in enumerate(
+        zip((*timing.BOUNDS, float("inf")), histogram.counts, strict=True)
+    ):
+        upper = timing.bound_text(bound)
+        height = round(PLOT_HEIGHT * value / top, 1)
+        span = f"over {lower}" if i == len(timing.BOUNDS) else f"{lower} to {upper}"
+        bars.append(
+            Bar(
+                x=LEFT + i * H_SLOT,
+                y=TOP + PLOT_HEIGHT - height,
+                height=height,
+                value=value,
+                label=f"{span}: {value} attempt{'' if value == 1 else 's'}",
+            )
+        )
+        if i % H_LABEL_EVERY == 0:
+            x_ticks.append((LEFT + i * H_SLOT + H_BAR / 2, upper))
+        lower = upper
+    ticks = [0, top // 2, top] if top % 2 == 0 else [0, top]
+    y_ticks = [(TOP + PLOT_HEIGHT - PLOT_HEIGHT * t / top, t) for t in ticks]
+    # The bars as markup here, escaped by format_html: a page draws a few hundred of them, and
+    # the template language took most of a task page's time doing it tag by tag.
+    bars_svg = format_html_join(
+        "",
+        '<g class="bucket"><title>{}</title><rect class="hit" x="{}" y="0" width="{}" '
+        'height="{}"/>{}</g>',
+        (
+            (
+                b.label,
+                b.x,
+                H_SLOT,
+                TOP + PLOT_HEIGHT,
+                format_html(
+                    '<rect class="bar" x="{}" y="{}" width="{}" height="{}"/>',
+                    b.x,
+                    b.y,
+                    H_BAR,
+                    b.height,
+                )
+                if b.value
+                else "",
+            )
+            for b in bars
+        ),
+    )
+    quantiles = [
+        (f"p{round(q * 100)}", timing.duration_text(v))
+        for q, v in zip(timing.QUANTILES, histogram.quantiles(), strict=True)
+    ]
+    return HistogramChart(title, tone, histogram.total, quantiles, bars, y_ticks, x_ticks, bars_svg)
+
+
+@dataclass
+class TimingRow:
+    queue: str
+    task: str
+    attempts: int
+    run: list[str]  # p50, p95, p99 as text
+    wait: list[str]
+
+
+def timing_row(t: timing.Timing) -> TimingRow:
+    return TimingRow(
+        queue=t.queue,
+        task=t.task,
+        attempts=t.run.total,
+        run=[timing.duration_text(v) for v in t.run.quantiles()],
+        wait=[timing.duration_text(v) for v in t.wait.quantiles()],
+    )
+
+
+def chosen_window(request) -> tuple[str, str]:
+    """The window `?window=` names (none: the default), and what to say if it names none."""
+    given = request.GET.get("window", "")
+    if not given or given in timing.WINDOWS:
+        return given or timing.DEFAULT_WINDOW, ""
+    return timing.DEFAULT_WINDOW, (
+        f"There is no window “{given[:40]}”: pick one of {', '.join(timing.WINDOWS)}. "
+        f"Showing the last {timing.DEFAULT_WINDOW}."
+    )
+
+
+def timings_of(
+    now, window, *, task=None, exclude_queues=()
+) -> dict[tuple[str, str], timing.Timing]:
+    """Every queue database's rollups of the window, added up per queue and task."""
+    out: dict[tuple[str, str], timing.Timing] = {}
+    for backend in databases.backends():
+        found = timing.timings(
+            now,
+            timing.WINDOWS[window],
+            task=task,
+            exclude_queues=exclude_queues,
+            using=backend.database,
+        )
+        for key, t in found.items():
+            out.setdefault(key, timing.Timing(*key)).add(t)
+    return out
+
+
+def timing_context(request, now, *, task=None, exclude_queues=()) -> dict:
+    window, window_error = chosen_window(request)
+    found = timings_of(now, window, task=task, exclude_queues=exclude_queues)
+    whole = timing.overall(found.values())
+    return {
+        "window": window,
+        "windows": list(timing.WINDOWS),
+        "window_error": window_error,
+        "timing_rows": [timing_row(found[key]) for key in sorted(found)],
+        "timing_charts": [
+            histogram_chart("Run time", "ok", whole.run),
+            histogram_chart("Queue wait", "warn", whole.wait),
+        ],
+        "per_queue": [
+            (
+                timing_row(found[key]),
+                [
+                    histogram_chart("Run time", "ok", found[key].run),
+                    histogram_chart("Queue wait", "warn", found[key].wait),
+                ],
+            )
+            for key in sorted(found)
+        ]
+        if task is not None
+        else [],
+        "histogram_width": H_WIDTH,
+        "h_plot_right": H_WIDTH - RIGHT,
+        "h_slot": H_SLOT,
+        "h_bar": H_BAR,
+    }
 
 
 def unknown_outcomes(rows, using="default") -> set[str]:
@@ -219,6 +379,8 @@ def dashboard(request):
         "bar": BAR,
         "now": now,
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+        # Timing sits outside the polled part (its window is the page's): not read for a poll.
+        **(timing_context(request, now, exclude_queues=[internal]) if whole_page(request) else {}),
         "can_pause": request.user.has_perm(PAUSE_QUEUE),
         "can_control_workers": request.user.has_perm(CONTROL_WORKER),
         # The workers and hosts a quiet or stop may name (a poll does not show the form).
@@ -232,4 +394,24 @@ def dashboard(request):
         if request.user.has_perm(PAUSE_QUEUE) and whole_page(request)
         else [],
     }
-    return render_page(request, "deadletters/dashboard.html", "health", context)
+    response = render_page(request, "deadletters/dashboard.html", "health", context)
+    if context.get("window_error"):
+        response.status_code = 400
+    return response
+
+
+@require_GET
+@console_view
+def task_timing(request, task):
+    """One task's run time and queue wait over the chosen window, per queue, with histograms."""
+    now = timezone.now()
+    context = {
+        "task": task,
+        "now": now,
+        "chart_height": CHART_HEIGHT,
+        "plot_left": LEFT,
+        "plot_bottom": TOP + PLOT_HEIGHT,
+        **timing_context(request, now, task=task),
+    }
+    status = 400 if context["window_error"] else 200
+    return render(request, "deadletters/timing.html", context, status=status)

@@ -58,6 +58,7 @@ urlpatterns = [
     path("jobs/preview/", views.job_preview, name="job-preview"),
     path("jobs/selections/<row_id:pk>/", views.job_confirm, name="job-confirm"),
     path("health/", dashboard.dashboard, name="health"),
+    path("health/tasks/<str:task>/", dashboard.task_timing, name="task-timing"),
     path("health/queues/", views.queue_control, name="queue-control"),
     path("health/workers/", views.worker_control, name="worker-control"),
     path("schedules/", views.schedule_list, name="schedules"),

@@ -17,7 +17,6 @@ from jobqueue.models import (
     JobCounter,
     Schedule,
     ScheduleRun,
-    WorkerRecord,
     Workflow,
     WorkflowSignal,
     WorkflowStep,
@@ -63,13 +62,23 @@ def console_data():
             dead=minutes % 3,
             last_success_at=now,
         )
-    WorkerRecord.objects.create(
+    # A worker's heartbeat (its record), with a minute of timing rollups for the health page
+    # and a task's page.
+    timings = store.Tally()
+    for seconds in (0.004, 0.08, 0.08, 2.0, 4000.0):
+        timings.observe("run", seconds)
+        timings.observe("wait", seconds * 3)
+    store.record_worker(
         worker_id="worker-host-with-a-long-name.internal.example:4242:abc123def456",
         host="worker-host-with-a-long-name.internal.example",
         pid=4242,
         queues=["receipts", "webhooks", "search-index", "default"],
+        concurrency=1,
         started_at=now - timedelta(hours=2),
-        last_heartbeat_at=now,
+        succeeded=0,
+        failed=0,
+        current_job_ids=[],
+        tallies={(now.replace(second=0, microsecond=0), "receipts", LONG_TASK): timings},
     )
     return letters, died_again
 
@@ -176,6 +185,8 @@ def console_pages(live_server, operator):
         "job-waiting": f"/deadletters/jobs/{waiting.pk}/",
         "job-confirm": f"/deadletters/jobs/selections/{job_selection.pk}/",
         "health": "/",
+        "health-7d": "/deadletters/health/?window=7d",
+        "task-timing": f"/deadletters/health/tasks/{LONG_TASK}/",
         "overview": "/deadletters/",
         "list": "/deadletters/list/?state=pending",
         # A job type's letters by cause (their counters), above its list.

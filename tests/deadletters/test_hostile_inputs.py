@@ -148,7 +148,8 @@ ENDPOINTS = {
     "reveal": (["POST"], ["backend"], "{letter}/reveal/"),
     "edit": (["GET", "POST"], [*EditForm.base_fields, "reveal", "backend"], "{letter}/edit/"),
     "run-approve": (["POST"], [], "runs/{run}/approve/"),
-    "health": (["GET"], [], "health/"),
+    "health": (["GET"], ["window"], "health/"),
+    "task-timing": (["GET"], ["window"], "health/tasks/shop.send_receipt/"),
     "queue-control": (["POST"], ["action", *actions.QueuePauseForm.base_fields], "health/queues/"),
     "worker-control": (
         ["POST"],
