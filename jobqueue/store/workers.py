@@ -103,6 +103,10 @@ def record_worker(
             },
         )
         if tallies:
+            # In key order, as the timing rows are: two workers flushing the same minutes lock
+            # the counter rows they share in the same order, so neither waits on the other's
+            # next row (PostgreSQL reported "deadlock detected" between two such upserts).
+            tallies = dict(sorted(tallies.items(), key=lambda item: item[0]))
             with connection.cursor() as cursor:
                 cursor.executemany(
                     COUNTERS_UPSERT,
