@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from jobqueue.models import AuditEntry, DeadLetter
 
 from . import redaction
-from .models import ReplayItem, ReplayRun, Reveal, Selection
+from .models import ReplayItem, ReplayRun, Selection
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -118,11 +118,4 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     """The one audit log, read-only (the ORM refuses changes to it anyway)."""
 
     list_display = ["seq", "at", "actor", "channel", "action", "target_kind", "reason"]
-    list_filter = ["channel", "target_kind"]
-
-
-@admin.register(Reveal)
-class RevealAdmin(ReadOnlyAdmin):
-    list_display = ["id", "at", "operator_name", "dead_letter_id", "task_path", "via"]
-    list_filter = ["via"]
-    search_fields = ["operator_name", "=dead_letter__id"]
+    list_filter = ["channel", "target_kind", "action"]

@@ -236,18 +236,49 @@ def of_letter(letter_id: int, *, redacted: bool = True) -> list[PayloadEdit]:
     return with_diffs(PayloadEdit.objects.filter(dead_letter_id=letter_id), redacted=redacted)
 
 
-def for_audit(f, *, size: int = 50) -> list[PayloadEdit]:
-    """The most recent edits the audit filter (selectors.AuditFilter) matches, masked diffs."""
-    edits = PayloadEdit.objects.select_related("dead_letter").only(
-        *(field.name for field in PayloadEdit._meta.concrete_fields),
-        "dead_letter__task_path",
-    )
-    if f.operator:
-        edits = edits.filter(operator_name=f.operator)
-    if f.job_type:
-        edits = edits.filter(dead_letter__task_path=f.job_type)
-    if f.since:
-        edits = edits.filter(at__gte=f.since)
-    if f.until:
-        edits = edits.filter(at__lt=f.until)
-    return with_diffs(edits.order_by("-at", "-id")[:size])
+# A path's text and the paths an audit entry lists at most: a hostile payload's keys may be
+# long, and many (the entry says how many more changed).
+PATH_CHARS = 200
+MAX_PATHS = 50
+
+
+def changed_paths(old_args, old_kwargs, new_args, new_kwargs) -> tuple[list[str], int]:
+    """Where an edit changed the payload, as restore_masked names places (`kwargs['amount']`,
+    `args[0]`): the places only, never a value, so the audit log's entry shows nothing a mask
+    hides. Returns the first MAX_PATHS in order and how many there were in all. A list whose
+    length changed is one changed place, as is a value that changed type; the walk stops at
+    MAX_JSON_DEPTH (a payload is never deeper)."""
+    paths: list[str] = []
+    todo = [(new_kwargs, old_kwargs, "kwargs", 1), (new_args, old_args, "args", 1)]
+    while todo:
+        new, old, where, depth = todo.pop()
+        if _same(new, old):
+            continue
+        if depth < store.MAX_JSON_DEPTH and isinstance(new, dict) and isinstance(old, dict):
+            keys = [*new, *(key for key in old if key not in new)]
+            todo.extend(
+                (new.get(key, _GONE), old.get(key, _GONE), f"{where}[{key!r}]", depth + 1)
+                for key in reversed(keys)
+            )
+        elif (
+            depth < store.MAX_JSON_DEPTH
+            and isinstance(new, list)
+            and isinstance(old, list)
+            and len(new) == len(old)
+        ):
+            todo.extend(
+                (new[n], old[n], f"{where}[{n}]", depth + 1) for n in reversed(range(len(new)))
+            )
+        else:
+            paths.append(where if len(where) <= PATH_CHARS else where[: PATH_CHARS - 1] + "…")
+    return paths[:MAX_PATHS], len(paths)
+
+
+_GONE = object()  # a key one side of an edit does not have
+
+
+def _same(a, b) -> bool:
+    try:
+        return type(a) is type(b) and a == b
+    except RecursionError:
+        return False

@@ -1,11 +1,13 @@
-"""Exports of the list's filter as CSV or JSON Lines, each audited (deadletters.Export).
+"""Exports of the list's filter as CSV or JSON Lines, each audited (letters.export in the audit
+log, jobqueue.store.audit).
 
-The audit row is written before the first byte: `rows` is the count of matching letters,
+The audit entry is written before the first byte: its `rows` is the count of matching letters,
 counted at most EXPORT_MAX_ROWS + 1 deep (selectors.count_matching), and `truncated` says the
 filter matched more. The stream then writes at most that many letters, so the recorded count is
-never below what left the system, even when the download is abandoned half-way; a stream that
-runs to its end and wrote fewer (letters pruned between the count and the read) corrects the
-row to what it wrote.
+never below what left the system, even when the download is abandoned half-way. The log is
+append-only, so a stream that wrote fewer (letters pruned between the count and the read) does
+not correct the entry: the count stays an upper bound, and the returned Export says what was
+written once the stream has run to its end.
 
 Letters are read a page at a time by keyset on (dead_lettered_at, id) in the list's order
 (newest first unless the filter says "oldest"): memory stays flat for any size, no server-side
@@ -24,13 +26,16 @@ import csv
 import io
 import json
 from collections.abc import Iterator
-from datetime import UTC
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
+from jobqueue.models import AuditEntry
+from jobqueue.store import audit
+
 from . import conf, redaction, selectors
-from .models import Export
 from .roles import EXPORT
 from .selectors import LETTERS
 
@@ -64,13 +69,34 @@ PAGE = 500
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+ACTION = "letters.export"  # the audit log's action of an export
+
+
 class ExportRefused(ValueError):
     """An export that cannot be made as asked (unknown format); nothing was written."""
 
 
-def export(*, operator, filter: selectors.ListFilter, fmt: str, now=None):
-    """Record the export of the letters matching `filter` by `operator` and return
-    (the Export row, an iterator of text chunks of the file).
+@dataclass
+class Export:
+    """One export as it is made: its audit entry, the format, the letters counted before the
+    first byte (`rows`, at most the cap; once the stream has run to its end, what it wrote) and
+    whether the filter matched more than the cap."""
+
+    entry: AuditEntry
+    format: str
+    rows: int
+    truncated: bool
+
+    @property
+    def at(self) -> datetime:
+        return self.entry.at
+
+
+def export(
+    *, operator, filter: selectors.ListFilter, fmt: str, channel: str = "code", now=None
+) -> tuple[Export, Iterator[str]]:
+    """Record the export of the letters matching `filter` by `operator` through `channel` in
+    the audit log and return (the Export, an iterator of text chunks of the file).
 
     Raises PermissionDenied (writing nothing) unless `operator` is active and holds the export
     permission, and ExportRefused for a format other than "csv" or "jsonl"."""
@@ -80,21 +106,28 @@ def export(*, operator, filter: selectors.ListFilter, fmt: str, now=None):
         raise PermissionDenied(f"{operator} may not export dead letters ({EXPORT})")
     cap = max(int(conf.get("EXPORT_MAX_ROWS")), 1)
     rows, truncated = selectors.count_matching(filter, cap)
-    record = Export.objects.create(
-        operator=operator,
-        operator_name=operator.get_username(),
-        filter=filter.as_json(),
-        format=fmt,
-        rows=rows,
-        truncated=truncated,
+    entry = audit.record(
+        ACTION,
+        actor=operator.get_username(),
+        channel=channel,
+        target_kind="letters",
+        params={
+            "filter": filter.as_json(),
+            "format": fmt,
+            "rows": rows,
+            "truncated": truncated,
+        },
         at=now or timezone.now(),
     )
+    record = Export(entry=entry, format=fmt, rows=rows, truncated=truncated)
     return record, _stream(record, filter, fmt)
 
 
 def filename(record: Export) -> str:
-    """`dead-letters-20261201T012753Z.csv`: the export's time in UTC, its format."""
-    return f"dead-letters-{record.at.astimezone(UTC):%Y%m%dT%H%M%SZ}.{record.format}"
+    """`dead-letters-20261201T012753Z-e42.csv`: the export's time in UTC, its audit entry (so a
+    file found later leads to who exported it, and why), its format."""
+    stamp = f"{record.at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    return f"dead-letters-{stamp}-e{record.entry.pk}.{record.format}"
 
 
 def _stream(record: Export, f: selectors.ListFilter, fmt: str) -> Iterator[str]:
@@ -105,10 +138,8 @@ def _stream(record: Export, f: selectors.ListFilter, fmt: str) -> Iterator[str]:
     for page in _pages(f, limit=record.rows):
         written += len(page)
         yield _encodable(write_page(page))
-    if written != record.rows:
-        # Fewer than counted: letters were pruned in between. Said as it happened.
-        Export.objects.filter(pk=record.pk).update(rows=written)
-        record.rows = written
+    # Fewer than counted: letters were pruned in between. The entry keeps the upper bound.
+    record.rows = written
 
 
 def _pages(f: selectors.ListFilter, *, limit: int) -> Iterator[list[dict]]:
@@ -177,3 +208,108 @@ def _encodable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "replace").decode("utf-8")
     return text
+
+
+# --- the audit log ----------------------------------------------------------------------------
+
+AUDIT_ACTION = "audit.export"  # the audit log's action of an export of itself
+# The columns of an audit CSV export and the keys of its JSON Lines objects, in order.
+AUDIT_FIELDS = (
+    "seq",
+    "at",
+    "actor",
+    "channel",
+    "token",
+    "action",
+    "target_kind",
+    "targets",
+    "reason",
+    "params",
+    "outcome",
+    "hash",
+)
+
+
+def export_audit(
+    *, operator, filter: selectors.AuditFilter, fmt: str, channel: str = "code", now=None
+) -> tuple[Export, Iterator[str]]:
+    """Record the export of the audit log's entries matching `filter` (audit.export, itself an
+    entry) and return (the Export, an iterator of text chunks of the file): the entries before
+    this one, newest first, their parameters masked as the Audit page shows them to `operator`.
+    Refused as `export` refuses (PermissionDenied, ExportRefused), writing nothing."""
+    if fmt not in FORMATS:
+        raise ExportRefused(f"format must be csv or jsonl, not {str(fmt)[:20]!r}")
+    if not (operator.is_active and operator.has_perm(EXPORT)):
+        raise PermissionDenied(f"{operator} may not export the audit log ({EXPORT})")
+    entry = audit.record(
+        AUDIT_ACTION,
+        actor=operator.get_username(),
+        channel=channel,
+        target_kind="audit",
+        params={"filter": filter.as_json(), "format": fmt},
+        at=now or timezone.now(),
+    )
+    record = Export(entry=entry, format=fmt, rows=0, truncated=False)
+    return record, _audit_stream(record, filter, operator)
+
+
+def audit_filename(record: Export) -> str:
+    """`audit-log-20261201T012753Z-e42.jsonl`: as `filename`, for the audit log."""
+    return (
+        f"audit-log-{record.at.astimezone(UTC):%Y%m%dT%H%M%SZ}-e{record.entry.pk}.{record.format}"
+    )
+
+
+def _audit_stream(record: Export, f: selectors.AuditFilter, operator) -> Iterator[str]:
+    if record.format == "csv":
+        yield _csv_text([AUDIT_FIELDS])
+    # The log as it was when asked: the entries before the export's own.
+    entries = selectors.audit_matching(f).filter(pk__lt=record.entry.pk).order_by("-id")
+    cursor = None
+    while True:
+        page = list((entries if cursor is None else entries.filter(pk__lt=cursor))[:PAGE])
+        if not page:
+            return
+        rows = [_audit_record(entry, operator) for entry in page]
+        record.rows += len(rows)
+        if record.format == "csv":
+            yield _encodable(
+                _csv_text(
+                    [
+                        [
+                            safe_cell(
+                                value
+                                if isinstance(value, str | int) or value is None
+                                else json.dumps(value, ensure_ascii=False, sort_keys=True)
+                            )
+                            for value in row.values()
+                        ]
+                        for row in rows
+                    ]
+                )
+            )
+        else:
+            yield _encodable("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        cursor = page[-1].pk
+
+
+def _audit_record(entry, operator) -> dict:
+    """One entry as exported: its time in UTC (ISO 8601), its parameters as the page shows
+    them (selectors.audit_params), with the hash that `audit verify` checks."""
+    params = dict(redaction.redact(entry.params if isinstance(entry.params, dict) else {}))
+    if isinstance(params.get("filter"), dict):
+        params["filter"] = dict(selectors.recorded_filter_for(params["filter"], operator))
+    return {
+        "seq": entry.seq,
+        "at": entry.at.astimezone(UTC).isoformat(),
+        "actor": entry.actor,
+        "channel": entry.channel,
+        "token": entry.token,
+        "action": entry.action,
+        "target_kind": entry.target_kind,
+        "targets": entry.targets,
+        "reason": entry.reason,
+        "params": params,
+        "outcome": entry.outcome,
+        "hash": entry.hash,
+    }

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from jobqueue.models import MAX_ID, DeadLetterState
+from jobqueue.models import MAX_ID, AuditEntry, DeadLetterState
 from jobqueue.store import sources
 
 from . import conf, databases
@@ -221,13 +221,92 @@ class SelectionForm(FilterForm):
     ids = IdListField(required=False)
 
 
+# The audit log's actions and target kinds the Audit page offers (its inputs take any name of
+# the same shape: a kind of action added later is found too).
+AUDIT_ACTIONS = (
+    "letters.replay",
+    "letters.discard",
+    "letter.edit_replay",
+    "letter.reveal",
+    "letters.export",
+    "run.paused",
+    "run.resumed",
+    "run.cancelled",
+    "run.approved",
+    "run.halted",
+    "job.run_now",
+    "job.cancel",
+    "queue.pause",
+    "queue.resume",
+    "schedule.pause",
+    "schedule.resume",
+    "schedule.run",
+    "audit.export",
+)
+AUDIT_TARGET_KINDS = ("letter", "letters", "selection", "run", "job", "queue", "schedule")
+ACTION_NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
+KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
 class AuditFilterForm(forms.Form):
-    operator = forms.CharField(required=False, max_length=150)
-    job_type = forms.CharField(required=False, max_length=255)
+    """The Audit page's filters. As on the list, an invalid one is named on the page (in its
+    field and above the entries) and the valid ones apply."""
+
+    operator = forms.CharField(required=False, max_length=150, label="Who")
+    action = forms.CharField(
+        required=False,
+        max_length=40,
+        widget=forms.TextInput(attrs={"list": "audit-actions", "placeholder": "queue.pause"}),
+    )
+    target_kind = forms.CharField(
+        required=False,
+        max_length=20,
+        label="Target kind",
+        widget=forms.TextInput(attrs={"list": "audit-kinds", "placeholder": "job"}),
+    )
+    target = forms.CharField(
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"placeholder": "an id or a name"}),
+    )
+    channel = forms.ChoiceField(required=False, choices=[("", "Any"), *AuditEntry.Channel.choices])
     since = DayField(required=False)
     until = DayField(required=False)
+    job_type = forms.CharField(required=False, max_length=255)  # the replay runs' section
     before = IdField(required=False)  # the runs' page: older than this run
     entries_after = IdField(required=False)  # the audit log's page: older than this entry
+    entries_before = IdField(required=False)  # the audit log's page: newer than this entry
+
+    def clean_action(self):
+        action = self.cleaned_data["action"]
+        if action and not ACTION_NAME.fullmatch(action):
+            raise ValidationError(
+                "Not an action: a kind and a verb, e.g. queue.pause or letters.replay.",
+                code="invalid",
+            )
+        return action
+
+    def clean_target_kind(self):
+        kind = self.cleaned_data["target_kind"]
+        if kind and not KIND_NAME.fullmatch(kind):
+            raise ValidationError(
+                "Not a target kind: one word, e.g. job, queue, schedule, run or letter.",
+                code="invalid",
+            )
+        return kind
+
+    def clean(self):
+        data = super().clean()
+        if data.get("target") and not data.get("target_kind"):
+            self.add_error(
+                "target",
+                "Say what kind of target it is too (Target kind: job, queue, schedule, run, "
+                "letter, ...).",
+            )
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", "The last day is before the first.")
+        return data
 
     def to_filter(self) -> AuditFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored."""
@@ -235,21 +314,38 @@ class AuditFilterForm(forms.Form):
         data = self.cleaned_data
         return AuditFilter(
             operator=data.get("operator", ""),
-            job_type=data.get("job_type", ""),
+            action=data.get("action", ""),
+            target_kind=data.get("target_kind", ""),
+            target=data.get("target", ""),
+            channel=data.get("channel", ""),
             since=_day_start(data.get("since")),
             until=_day_start(data.get("until"), plus_days=1),
+            job_type=data.get("job_type", ""),
         )
 
-    def query(self) -> str:
-        """The applied filters for the pager link (the `before` cursor is added there)."""
+    FILTERS = (
+        "operator",
+        "action",
+        "target_kind",
+        "target",
+        "channel",
+        "since",
+        "until",
+        "job_type",
+    )
+
+    def applied(self) -> list[tuple[str, str]]:
+        """The applied filters as (name, value) pairs: the pager's links and the export form."""
         self.is_valid()
-        return urlencode(
-            [
-                (name, value.isoformat() if isinstance(value, date) else value)
-                for name in ("operator", "job_type", "since", "until")
-                if (value := self.cleaned_data.get(name))
-            ]
-        )
+        return [
+            (name, value.isoformat() if isinstance(value, date) else value)
+            for name in self.FILTERS
+            if (value := self.cleaned_data.get(name))
+        ]
+
+    def query(self) -> str:
+        """The applied filters for the pager link (the cursor is added there)."""
+        return urlencode(self.applied())
 
 
 class RunPageForm(forms.Form):

@@ -1,4 +1,6 @@
-"""The audit log of the console: what was replayed or discarded, by whom, why, and the outcome.
+"""The console's records: frozen selections, replay runs and their ledger, the overview's
+counters, payload edits. What operators did, from every channel, is the one audit log
+(jobqueue.AuditEntry); these rows are what its entries name.
 
 Append-only by contract: rows are created by deadletters.services and only a run's progress
 fields move forward while it executes; no view, admin action or command edits or deletes them.
@@ -146,6 +148,8 @@ class ReplayRun(models.Model):
             ("replay_poisoned", "Can replay items past the poison limit"),
             ("edit_deadletter", "Can edit a dead letter's payload and replay it (audited)"),
             ("export_deadletter", "Can export dead letters (audited)"),
+            # Held here since reveals are entries of the audit log (it was deadletters.Reveal's).
+            ("view_secrets", "Can see dead-letter payloads unmasked (audited)"),
         ]
 
     def __str__(self):
@@ -343,35 +347,11 @@ class HourlyCount(models.Model):
         return f"{self.task_path} {self.hour:%Y-%m-%d %H}h: {self.dead_lettered}"
 
 
-class Reveal(models.Model):
-    """Who saw a dead letter's payload unmasked, when, and through what (console or CLI).
-
-    Append-only like the rest of the audit; its `view_secrets` permission is the one that
-    allows a reveal at all (deadletters/redaction.py)."""
-
-    # No database constraint, as in the ledger: the record outlives pruned queue rows.
-    dead_letter = models.ForeignKey(
-        DeadLetter, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
-    task_path = models.CharField(max_length=255)
-    operator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
-    operator_name = models.CharField(max_length=150)
-    via = models.CharField(max_length=20)
-    at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        permissions = [("view_secrets", "Can see dead-letter payloads unmasked (audited)")]
-
-    def __str__(self):
-        return f"{self.operator_name} revealed dead letter {self.dead_letter_id} via {self.via}"
-
-
 class PayloadEdit(models.Model):
     """An operator's edit of one dead letter's payload, replayed as edited: the old and new
-    payloads as they were (the letter itself keeps its original), who, why and the job made."""
+    payloads as they were (the letter itself keeps its original, and the diff is read from
+    here), who, why and the job made. The audit log's entry of the edit (letter.edit_replay)
+    names this row."""
 
     dead_letter = models.ForeignKey(DeadLetter, on_delete=models.PROTECT, related_name="+")
     operator = models.ForeignKey(
@@ -392,23 +372,3 @@ class PayloadEdit(models.Model):
 
     def __str__(self):
         return f"edit of letter {self.dead_letter_id} by {self.operator_name}"
-
-
-class Export(models.Model):
-    """An export of dead letters (CSV or JSON Lines): who, under which filter, how many rows."""
-
-    operator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
-    operator_name = models.CharField(max_length=150)
-    filter = models.JSONField(default=dict, blank=True)
-    format = models.CharField(max_length=5)  # csv, jsonl
-    rows = models.PositiveIntegerField(default=0)  # as many as the cap allowed
-    truncated = models.BooleanField(default=False)  # the filter matched more than the cap
-    at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["-at", "-id"]
-
-    def __str__(self):
-        return f"export {self.pk} ({self.format}) by {self.operator_name}"

@@ -14,8 +14,8 @@ searched case-insensitively, so `token` masks `access_token` and `X-Token`. Show
 Every walk here is a loop, not a recursion, and what it shows is cut below MAX_JSON_DEPTH
 (CUT): nothing can be stored deeper now, but a row written by hand or by an older version may
 be, and every page, command and export still shows it. Seeing values unmasked needs
-REVEAL_PERMISSION, and each time is recorded (record_reveal) with who, which letter, when and
-through what.
+REVEAL_PERMISSION, and each time is recorded in the audit log (record_reveal: letter.reveal)
+with who, which letter, when and through what.
 """
 
 from __future__ import annotations
@@ -322,29 +322,51 @@ def _at(value, steps):
     return value
 
 
-def has_seen(user, letter) -> bool:
-    """Whether `user` may see `letter`'s masked values and has: a recorded reveal of it."""
-    from .models import Reveal
+REVEAL = "letter.reveal"  # the audit log's action of a reveal
 
-    return (
-        user.is_active
-        and user.has_perm(REVEAL_PERMISSION)
-        and Reveal.objects.filter(dead_letter_id=letter.pk, operator=user).exists()
+
+def has_seen(user, letter) -> bool:
+    """Whether `user` may see `letter`'s masked values and has: a reveal of it in the audit log
+    (under their name, of the letter in its own database)."""
+    from jobqueue.models import AuditEntry, AuditTarget
+
+    if not (user.is_active and user.has_perm(REVEAL_PERMISSION)):
+        return False
+    database = _database_of(letter)
+    entries = AuditTarget.objects.filter(kind="letter", ref=str(letter.pk)).values("entry")
+    reveals = AuditEntry.objects.filter(
+        pk__in=entries, action=REVEAL, actor=user.get_username()
+    ).values_list("params", flat=True)
+    return any(
+        isinstance(params, dict) and params.get("database", "default") == database
+        for params in reveals.iterator()
     )
 
 
-def record_reveal(user, letter, *, via: str):
-    """Check that `user` may see `letter` unmasked and record that they did (raise
-    PermissionDenied, writing nothing, if not). Call it before showing the values."""
-    from .models import Reveal
+def record_reveal(user, letter, *, via: str, channel: str = "console"):
+    """Check that `user` may see `letter` unmasked and record that they did, in the default
+    database's audit log (the console's, whichever queue database holds the letter, which the
+    entry names): raise PermissionDenied, writing nothing, if not. Call it before showing the
+    values. Returns the audit entry."""
+    from jobqueue.store import audit
 
     if not (user.is_active and user.has_perm(REVEAL_PERMISSION)):
         raise PermissionDenied(f"{user} may not see unmasked payloads ({REVEAL_PERMISSION})")
-    return Reveal.objects.create(
-        dead_letter_id=letter.pk,
-        task_path=letter.task_path,
-        operator=user,
-        operator_name=user.get_username(),
-        via=via,
+    params = {"via": via, "task_path": letter.task_path}
+    database = _database_of(letter)
+    if database != "default":
+        params["database"] = database
+    return audit.record(
+        REVEAL,
+        actor=user.get_username(),
+        channel=channel,
+        target_kind="letter",
+        targets=[letter.pk],
+        params=params,
         at=timezone.now(),
     )
+
+
+def _database_of(letter) -> str:
+    """The database a letter was read from (ids repeat across queue databases)."""
+    return getattr(getattr(letter, "_state", None), "db", None) or "default"

@@ -24,9 +24,10 @@ MANAGE_SCHEDULE = "jobqueue.manage_schedule"
 ACT_ON_JOB = "jobqueue.act_on_job"
 # Quiet or stop a worker, or every worker of a host (jobqueue.store.workers.command; audited).
 CONTROL_WORKER = "jobqueue.control_worker"
-# Edit one letter's payload and replay it (audited in deadletters.PayloadEdit).
+# Edit one letter's payload and replay it (kept in deadletters.PayloadEdit, audited in the
+# audit log).
 EDIT = "deadletters.edit_deadletter"
-# Export the filtered letters as CSV or JSON Lines (audited in deadletters.Export).
+# Export the filtered letters as CSV or JSON Lines (audited in the audit log).
 EXPORT = "deadletters.export_deadletter"
 
 ROLE_PERMISSIONS = {
@@ -59,7 +60,7 @@ ROLE_PERMISSIONS = {
         "deadletters.view_replayrun",
         "deadletters.view_replayitem",
         "deadletters.view_selection",
-        "deadletters.view_reveal",
+        "jobqueue.view_auditentry",
     ],
 }
 GROUP_NAMES = {role: f"Dead-letter {role}s" for role in ROLE_PERMISSIONS}

@@ -525,14 +525,38 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
 
 @dataclass(frozen=True)
 class AuditFilter:
+    """What the Audit page is narrowed to: who acted, the action, a target (its kind, and its id
+    or name), the channel, a time range (`until` exclusive). `job_type` narrows the replay
+    runs' section only (a run records its job types; an entry names its targets)."""
+
     operator: str = ""
-    job_type: str = ""
+    action: str = ""
+    target_kind: str = ""
+    target: str = ""
+    channel: str = ""
     since: datetime | None = None
     until: datetime | None = None
+    job_type: str = ""
+
+    def as_json(self) -> dict:
+        """The filter as an export of the log records it."""
+        return {
+            k: (v.isoformat() if isinstance(v, datetime) else v)
+            for k, v in asdict(self).items()
+            if v and k != "job_type"
+        }
 
 
 def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
+    """A page of the replay runs the filter matches, newest first, and the next page's cursor:
+    by operator, job type, time, and a run named as the target. A filter on what only entries
+    have (an action, a channel, another kind of target) matches no run: ([], None)."""
+    if f.action or f.channel or (f.target_kind and f.target_kind != "run"):
+        return [], None
     runs = ReplayRun.objects.all()
+    if f.target:
+        run_id = paging.BY_ID.decode(f.target)
+        runs = runs.filter(pk=run_id[1]) if run_id else runs.none()
     if f.operator:
         runs = runs.filter(operator_name=f.operator)
     if f.job_type:
@@ -597,35 +621,114 @@ def _preload_letter_states(items, using: str = "default"):
             item.letter_source = source
 
 
-def audit_exports(f: AuditFilter, *, size: int = 50) -> list:
-    """The most recent exports (deadletters.Export) the audit filter matches: by operator, by
-    time, and by job type where the export's filter named that job type."""
-    from .models import Export
-
-    rows = Export.objects.all()
-    if f.operator:
-        rows = rows.filter(operator_name=f.operator)
-    if f.job_type:
-        rows = rows.filter(filter__job_type=f.job_type)
-    if f.since:
-        rows = rows.filter(at__gte=f.since)
-    if f.until:
-        rows = rows.filter(at__lt=f.until)
-    return list(rows.order_by("-at", "-id")[:size])
-
-
-def audit_entries(
-    f: AuditFilter, *, after=None, size: int = 50, using: str = "default"
-) -> paging.Page:
-    """A page of the one audit log (jobqueue.AuditEntry, from every channel), newest first,
-    of the entries the audit filter matches by operator and time."""
-    from jobqueue.models import AuditEntry
+def audit_matching(f: AuditFilter, *, using: str = "default"):
+    """The audit log's entries the filter matches (jobqueue.AuditEntry), unordered. A target is
+    found through its lookup rows (AuditTarget: kind, ref), as each target's history is."""
+    from jobqueue.models import AuditEntry, AuditTarget
 
     rows = AuditEntry.objects.using(using).all()
     if f.operator:
         rows = rows.filter(actor=f.operator)
+    if f.action:
+        rows = rows.filter(action=f.action)
+    if f.channel:
+        rows = rows.filter(channel=f.channel)
+    if f.target:
+        named = AuditTarget.objects.using(using).filter(kind=f.target_kind, ref=f.target)
+        rows = rows.filter(pk__in=named.values("entry"))
+    elif f.target_kind:
+        rows = rows.filter(target_kind=f.target_kind)
     if f.since:
         rows = rows.filter(at__gte=f.since)
     if f.until:
         rows = rows.filter(at__lt=f.until)
-    return paging.page(rows, paging.BY_ID, after=after, size=size)
+    return rows
+
+
+def audit_entries(
+    f: AuditFilter, *, after=None, before=None, size: int = 50, using: str = "default"
+) -> paging.Page:
+    """A page of the one audit log (jobqueue.AuditEntry, from every channel), newest first (by
+    its id: the order entries were appended), of the entries the audit filter matches."""
+    return paging.page(
+        audit_matching(f, using=using), paging.BY_ID, after=after, before=before, size=size
+    )
+
+
+# The pages an audit entry's targets link to, by target kind (see audit_links).
+def audit_links(entries, *, using: str = "default") -> None:
+    """Set `entry.links` on each entry: (text, URL or None) for each target it names (at most
+    10, `entry.more_targets` the rest), each to the target's page. A schedule's row on the
+    schedules page is found by its name (one read for the page)."""
+    from django.urls import reverse
+
+    from jobqueue.models import Schedule
+
+    names = {t for e in entries if e.target_kind == "schedule" for t in e.targets[:10]}
+    schedule_ids = (
+        dict(Schedule.objects.using(using).filter(name__in=names).values_list("name", "pk"))
+        if names
+        else {}
+    )
+    overview = reverse("deadletters:overview")
+    for entry in entries:
+        shown = entry.targets[:10]
+        entry.more_targets = max(len(entry.targets) - len(shown), 0)
+        params = entry.params if isinstance(entry.params, dict) else {}
+        entry.links = [
+            _target_link(entry.target_kind, t, params, schedule_ids, overview) for t in shown
+        ]
+
+
+def _target_link(kind: str, ref: str, params: dict, schedule_ids: dict, overview: str):
+    from django.urls import reverse
+
+    number = paging.BY_ID.decode(ref) is not None
+    if kind == "letter" and number:
+        backend = databases.of_database(params.get("database", "default"))
+        edit = params.get("edit")  # an edit's entry: to the edit's diff on the letter's page
+        anchor = f"#edit-{edit}" if isinstance(edit, int) and not isinstance(edit, bool) else ""
+        return f"#{ref}", f"{overview}{ref}/{databases.query(backend)}{anchor}"
+    if kind == "run" and number:
+        return f"#{ref}", reverse("deadletters:run", args=[int(ref)])
+    if kind == "job" and number:
+        return ref, reverse("deadletters:job", args=[int(ref)])
+    if kind == "selection":
+        # A letters selection's page is its run's, once confirmed.
+        run = params.get("run")
+        if isinstance(run, int) and not isinstance(run, bool) and run > 0:
+            return f"#{ref} (run #{run})", reverse("deadletters:run", args=[run])
+        return f"#{ref}", None
+    if kind == "queue":
+        return ref, reverse("deadletters:health") + "#queue-control"
+    if kind == "schedule" and ref in schedule_ids:
+        return ref, reverse("deadletters:schedules") + f"#schedule-{schedule_ids[ref]}"
+    return ref, None
+
+
+def recorded_filter_for(recorded: dict, user) -> list[tuple[str, object]]:
+    """A recorded filter as `user` may see it (templatetags.console.recorded_filter)."""
+    from .templatetags.console import recorded_filter
+
+    return recorded_filter(recorded, user)
+
+
+def audit_params(entry, user) -> list[tuple[str, str]]:
+    """An entry's parameters as the page and an export show them to `user`: masked as payloads
+    are (redaction.redact), and a recorded filter's payload search words masked for anyone who
+    may not reveal payloads (templatetags.console.recorded_filter). Each value as compact JSON
+    text, but plain text as itself."""
+    params = redaction.redact(entry.params if isinstance(entry.params, dict) else {})
+    shown = []
+    for name, value in params.items():
+        if name == "filter" and isinstance(value, dict):
+            value = dict(recorded_filter_for(value, user))
+        shown.append(
+            (
+                str(name),
+                value
+                if isinstance(value, str)
+                else json.dumps(value, sort_keys=True, ensure_ascii=False),
+            )
+        )
+    return shown

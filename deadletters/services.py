@@ -97,9 +97,11 @@ def start_run(
     canary_size: int = 0,
     canary_max_dead_share: float | None = None,
     canary_timeout: float | None = None,
+    channel: str = "code",
     now=None,
 ) -> ReplayRun:
-    """Confirm a frozen selection as a run.
+    """Confirm a frozen selection as a run, audited through `channel` (letters.replay or
+    letters.discard on the selection, in the run's transaction).
 
     A run of at most one batch is carried out here, in the transaction that records it. A
     larger one is handed to the background runner on our queue (`background=False`: the caller
@@ -183,6 +185,7 @@ def start_run(
                 updated_at=now,
                 **({"state": RunState.AWAITING} if awaiting else {}),
             )
+            _record_start(run, operator, channel, now)
             if run.state != RunState.AWAITING:
                 _begin(run, now=now, background=background)
     except IntegrityError:
@@ -192,6 +195,42 @@ def start_run(
             raise RefusedError("This selection has already been confirmed.") from None
         raise
     return run
+
+
+def _record_start(run: ReplayRun, operator, channel: str, now):
+    """The audit entry of a confirmed run: on its selection (whose ids it acts on), with what
+    was asked of it."""
+    store.audit.record(
+        f"letters.{run.action}",
+        actor=operator.get_username(),
+        channel=channel,
+        target_kind="selection",
+        targets=[run.selection_id],
+        reason=run.reason,
+        params=start_params(run),
+        at=now,
+    )
+
+
+def start_params(run: ReplayRun) -> dict:
+    """What a run's start is audited with (the data migration that moved older runs in writes
+    the same)."""
+    params = {
+        "run": run.pk,
+        "count": run.requested,
+        "allow_poisoned": run.allow_poisoned,
+        "rate": run.rate,
+        "filter": run.filter,
+    }
+    if run.canary_size:
+        params["canary"] = {
+            "size": run.canary_size,
+            "max_dead_share": run.canary_max_dead_share,
+            "timeout": run.canary_timeout,
+        }
+    if run.state == RunState.AWAITING:
+        params["awaiting_approval"] = True
+    return params
 
 
 def _begin(run: ReplayRun, *, now, background: bool):
@@ -819,6 +858,7 @@ def edit_and_replay(
     kwargs,
     reason: str,
     allow_poisoned: bool = False,
+    channel: str = "code",
     now=None,
 ):
     """Replay one pending dead letter with an operator's edited payload (issue 18): the new job
@@ -828,8 +868,10 @@ def edit_and_replay(
     `allow_poisoned`, key held by a live job), and for a source that replays its own payload.
 
     One transaction writes the job, the letter's replaying state, the PayloadEdit (old and new
-    payloads, the job) and the audit a replay writes (a one-item run with its ledger row, its
-    filter naming the edit). The caller checks the edit permission (and the poison one).
+    payloads, the job), the record a replay writes (a one-item run with its ledger row, its
+    filter naming the edit) and the audit log's entry (letter.edit_replay through `channel`:
+    the edit, the job, the run and the places changed, never their values). The caller checks
+    the edit permission (and the poison one).
     RefusedError, writing nothing, says why not.
     """
     from . import edits
@@ -917,7 +959,36 @@ def edit_and_replay(
             batch=1,
             at=now,
         )
+        store.audit.record(
+            EDIT_REPLAY,
+            actor=operator.get_username(),
+            channel=channel,
+            target_kind="letter",
+            targets=[letter.pk],
+            reason=reason,
+            params=edit_params(edit, run=run.pk),
+            at=now,
+        )
     return edit
+
+
+EDIT_REPLAY = "letter.edit_replay"  # the audit log's action of an edit and its replay
+
+
+def edit_params(edit, *, run: int | None) -> dict:
+    """What an edit is audited with: its record, the job and run it made, and where the payload
+    changed (edits.changed_paths: places, no values)."""
+    from . import edits
+
+    paths, changed = edits.changed_paths(
+        edit.old_args, edit.old_kwargs, edit.new_args, edit.new_kwargs
+    )
+    params = {"edit": edit.pk, "job": edit.job_id, "changed": paths}
+    if run is not None:
+        params["run"] = run
+    if changed > len(paths):
+        params["changed_more"] = changed - len(paths)
+    return params
 
 
 def refuse_unless_editable(letter, *, allow_poisoned: bool):

@@ -52,6 +52,7 @@ urlpatterns = [
     path("runs/<row_id:pk>/<run_command:command>/", views.run_control, name="run-control"),
     path("runs/<row_id:pk>/approve/", views.run_approve, name="run-approve"),
     path("audit/", views.audit, name="audit"),
+    path("audit/export/", views.audit_export, name="audit-export"),
     path("jobs/", views.job_list, name="jobs"),
     path("jobs/<row_id:pk>/", views.job_detail, name="job"),
     path("jobs/<row_id:pk>/act/", views.job_act, name="job-act"),

@@ -545,7 +545,12 @@ class PausedQueue(models.Model):
 
 
 # How the audit's verbs read where they are not just capitalised.
-AUDIT_VERBS = {"run_now": "Run now", "run": "Run now", "halted": "Halted by its canary"}
+AUDIT_VERBS = {
+    "run_now": "Run now",
+    "run": "Run now",
+    "halted": "Halted by its canary",
+    "edit_replay": "Edit and replay",
+}
 
 
 class AuditQuerySet(models.QuerySet):

@@ -17,3 +17,11 @@ def run_events(run) -> list[tuple[str, str]]:
     from deadletters.services import run_events as events
 
     return [(entry.action.partition(".")[2], entry.actor) for entry in events(run)]
+
+
+def entries(action: str, using: str = "default") -> list[tuple]:
+    """(targets, actor, channel, reason, params) of each entry of `action`, oldest first."""
+    return [
+        (entry.targets, entry.actor, entry.channel, entry.reason, entry.params)
+        for entry in AuditEntry.objects.using(using).filter(action=action).order_by("seq")
+    ]

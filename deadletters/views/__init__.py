@@ -4,7 +4,7 @@ HTMX requests get the partial that changes (`template#partial`), full loads the 
 The names below are the URLconf's and a project's (handler403/handler404, favicon).
 """
 
-from .audit import audit
+from .audit import audit, audit_export
 from .base import (
     Missing,
     NotFound,
@@ -36,6 +36,7 @@ __all__ = [
     "Missing",
     "NotFound",
     "audit",
+    "audit_export",
     "confirm",
     "console_view",
     "edit_letter",

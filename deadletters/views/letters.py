@@ -19,6 +19,7 @@ from ..forms import EditForm, FilterForm, ListPageForm, refusal
 from ..models import Action
 from ..roles import ACTION_PERMISSION, EDIT, POISON
 from .base import (
+    CONSOLE,
     DOING,
     Missing,
     NotFound,
@@ -177,7 +178,7 @@ def reveal(request, pk):
     reveal is recorded. A POST, so a link or a reload never reveals (or records) by itself."""
     require(request.user, redaction.REVEAL_PERMISSION)
     backend, detail = _letter_detail(request, pk, redacted=False)
-    redaction.record_reveal(request.user, detail.letter, via="console")
+    redaction.record_reveal(request.user, detail.letter, via="console", channel=CONSOLE)
     return render(
         request,
         "deadletters/detail.html",
@@ -200,10 +201,10 @@ DOING[exports.EXPORT] = "export dead letters"
 @never_cache
 def export(request):
     """The letters matching the list's filter as a CSV or JSON Lines download (`format`),
-    streamed; audited (deadletters.Export), payloads masked. A POST with the CSRF token, like
-    every request that writes (here, the audit row): a link on another site cannot make a
-    logged-in operator export. An invalid filter field is refused, never dropped: an export of
-    more than the operator asked for is the one thing it must not do."""
+    streamed; audited (letters.export in the audit log), payloads masked. A POST with the CSRF
+    token, like every request that writes (here, the audit entry): a link on another site
+    cannot make a logged-in operator export. An invalid filter field is refused, never dropped:
+    an export of more than the operator asked for is the one thing it must not do."""
     require(request.user, exports.EXPORT)
     fmt = request.POST.get("format", "")
     if fmt not in exports.FORMATS:
@@ -217,6 +218,7 @@ def export(request):
         operator=request.user,
         filter=filter_for(form, request.user),
         fmt=fmt,
+        channel=CONSOLE,
     )
     response = StreamingHttpResponse(
         (chunk.encode("utf-8") for chunk in chunks), content_type=exports.CONTENT_TYPES[fmt]
@@ -275,7 +277,7 @@ def edit_letter(request, pk):
         status = 409 if request.method == "POST" else 200
     elif request.method == "POST" and "reveal" in request.POST:
         require(request.user, redaction.REVEAL_PERMISSION)
-        redaction.record_reveal(request.user, letter, via="edit")
+        redaction.record_reveal(request.user, letter, via="edit", channel=CONSOLE)
         revealed = True
         form = EditForm(initial=_payload_text(letter, redacted=False))
     elif request.method == "POST":
@@ -292,6 +294,7 @@ def edit_letter(request, pk):
                     kwargs=form.cleaned_data["kwargs"],
                     reason=form.cleaned_data["reason"],
                     allow_poisoned=allow_poisoned,
+                    channel=CONSOLE,
                 )
             except services.RefusedError as exc:
                 form.add_error(None, str(exc))

@@ -16,13 +16,12 @@ from deadletters.models import (
     PayloadEdit,
     ReplayItem,
     ReplayRun,
-    Reveal,
     RunState,
 )
 from jobqueue import store
 from jobqueue.models import AuditEntry, DeadLetter, Job, JobState
 from jobqueue.worker import Worker
-from tests.audit import run_events
+from tests.audit import entries, run_events
 from tests.cli import run as run_command
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -303,16 +302,18 @@ def test_a_changed_secret_shows_as_changed_and_only_a_reveal_shows_it(chief, sec
         reason="rotated",
     )
     client = logged_in(chief)
-    for page in (
-        client.get(detail_url(secret_letter)).content.decode(),
-        client.get(AUDIT).content.decode(),
-    ):
-        assert "n3w-t0ken" not in page and "s3cret-t0ken" not in page
-        assert "•••• (changed)" in page
+    page = client.get(detail_url(secret_letter)).content.decode()
+    assert "n3w-t0ken" not in page and "s3cret-t0ken" not in page
+    assert "•••• (changed)" in page
+    # The audit log names the place that changed, never a value.
+    audit = client.get(AUDIT).content.decode()
+    assert "n3w-t0ken" not in audit and "s3cret-t0ken" not in audit
+    [(_, _, _, _, params)] = entries("letter.edit_replay")
+    assert params["changed"] == ["kwargs['b']['api_token']"]
     revealed = client.post(reverse("deadletters:reveal", args=[secret_letter.pk]))
     page = revealed.content.decode()
     assert "n3w-t0ken" in page and "s3cret-t0ken" in page
-    assert Reveal.objects.filter(via="console").count() == 1
+    assert [params["via"] for *_, params in entries("letter.reveal")] == ["edit", "console"]
 
 
 def test_a_mask_whose_place_moved_is_refused(chief, secret_letter):
@@ -345,12 +346,15 @@ def test_show_masked_values_on_the_edit_page_needs_the_permission_and_is_recorde
     client = logged_in(chief)
     page = client.post(edit_url(secret_letter), {"reveal": "1"}).content.decode()
     assert "s3cret-t0ken" in page and "recorded in the audit" in page
-    reveal = Reveal.objects.get()
-    assert (reveal.dead_letter_id, reveal.operator_name, reveal.via) == (
-        secret_letter.pk,
-        "chief",
-        "edit",
-    )
+    assert entries("letter.reveal") == [
+        (
+            [str(secret_letter.pk)],
+            "chief",
+            "console",
+            "",
+            {"via": "edit", "task_path": secret_letter.task_path},
+        )
+    ]
     # An editor without the reveal permission edits masked and cannot unmask.
     editor = user_with_role("operator", "editor")
     editor.user_permissions.add(_permission("edit_deadletter"))
@@ -358,7 +362,7 @@ def test_show_masked_values_on_the_edit_page_needs_the_permission_and_is_recorde
     page = client.get(edit_url(secret_letter)).content.decode()
     assert "Show masked values" not in page and "s3cret-t0ken" not in page
     assert client.post(edit_url(secret_letter), {"reveal": "1"}).status_code == 403
-    assert Reveal.objects.count() == 1
+    assert len(entries("letter.reveal")) == 1
 
 
 def _permission(codename):
@@ -543,17 +547,34 @@ def test_edit_in_the_console_and_see_the_diff_on_the_letter_and_in_the_audit(chi
     response = client.post(edit_url(letter), form([1], {"b": "<b>9</b>"}, reason="typo fixed"))
     edit = PayloadEdit.objects.get()
     assert response["Location"] == f"{detail_url(letter)}#edit-{edit.pk}"
-    for page in (
-        client.get(detail_url(letter)).content.decode(),
-        client.get(AUDIT).content.decode(),
-    ):
-        assert f'id="edit-{edit.pk}"' in page and "typo fixed" in page
-        assert "<b>9</b>" not in page and "&quot;&lt;b&gt;9&lt;/b&gt;&quot;" in page  # escaped
-        assert re.search(r'class="del">-\s+2', page)
-        assert f">job {edit.job_id}</a>" in page  # not job 12 for job 1
-    # The audit's filters apply to edits too.
-    assert f'id="edit-{edit.pk}"' not in client.get(AUDIT, {"operator": "nobody"}).content.decode()
-    assert f'id="edit-{edit.pk}"' in client.get(AUDIT, {"job_type": ADD}).content.decode()
+    page = client.get(detail_url(letter)).content.decode()
+    assert f'id="edit-{edit.pk}"' in page and "typo fixed" in page
+    assert "<b>9</b>" not in page and "&quot;&lt;b&gt;9&lt;/b&gt;&quot;" in page  # escaped
+    assert re.search(r'class="del">-\s+2', page)
+    assert f">job {edit.job_id}</a>" in page  # not job 12 for job 1
+    # The audit log's entry: the letter, linked to the edit's diff on its page; the places
+    # changed, not the values.
+    run = ReplayRun.objects.get()
+    assert entries("letter.edit_replay") == [
+        (
+            [str(letter.pk)],
+            "chief",
+            "console",
+            "typo fixed",
+            {
+                "edit": edit.pk,
+                "job": edit.job_id,
+                "changed": ["args", "kwargs['b']"],  # args [1, 2] became [1]
+                "run": run.pk,
+            },
+        )
+    ]
+    link = f'<a href="{detail_url(letter)}#edit-{edit.pk}">#{letter.pk}</a>'
+    row = f'<td class="targets">letter {link}</td>'
+    assert row in client.get(AUDIT).content.decode()
+    assert row not in client.get(AUDIT, {"operator": "nobody"}).content.decode()
+    mine = {"target_kind": "letter", "target": letter.pk}
+    assert row in client.get(AUDIT, mine).content.decode()
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,7 @@ ENDPOINTS = {
         "workflows/{workflow}/signal/",
     ),
     "export": (["POST"], [*FilterForm.base_fields, "format"], "export/"),
+    "audit-export": (["POST"], [*AuditFilterForm.base_fields, "format"], "audit/export/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -328,7 +329,7 @@ def send(client, method, path, query, body, headers):
 
 def refused(method, response) -> bool:
     if method == "POST" and response.status_code == 200 and response.get("Content-Disposition"):
-        return False  # an export: a download that writes its audit row (deadletters.Export)
+        return False  # an export: a download that writes its audit entry
     if method == "GET" or response.status_code >= 400:
         return True
     if response.status_code == 302:

@@ -9,7 +9,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from deadletters import redaction
-from deadletters.models import Reveal
+from jobqueue.models import AuditEntry
+from tests.audit import entries
 from tests.factories import DeadLetterFactory
 
 from .conftest import logged_in, user_with_role
@@ -106,7 +107,7 @@ def test_reveal_is_refused_without_the_permission_and_records_nothing(role, lett
     response = client.post(reveal_url(letter))
     assert response.status_code == 403
     assert "tok-1" not in response.content.decode()
-    assert not Reveal.objects.exists()
+    assert entries("letter.reveal") == []
 
 
 def test_reveal_shows_the_values_and_records_who_which_when(letter):
@@ -120,14 +121,16 @@ def test_reveal_shows_the_values_and_records_who_which_when(letter):
     assert response.status_code == 200
     assert [value for value in CLEAR if value not in content] == []
     assert "no-store" in response["Cache-Control"]
-    reveal = Reveal.objects.get()
-    assert (reveal.dead_letter_id, reveal.operator, reveal.operator_name, reveal.via) == (
-        letter.pk,
-        chief,
-        "chief",
-        "console",
-    )
-    assert reveal.task_path == letter.task_path and reveal.at is not None
+    assert entries("letter.reveal") == [
+        (
+            [str(letter.pk)],
+            "chief",
+            "console",
+            "",
+            {"via": "console", "task_path": letter.task_path},
+        )
+    ]
+    assert redaction.has_seen(chief, letter)
 
 
 def test_reveal_needs_csrf(letter):
@@ -136,13 +139,13 @@ def test_reveal_needs_csrf(letter):
     client = Client(enforce_csrf_checks=True)
     client.force_login(user_with_role("admin", "chief"))
     assert client.post(reveal_url(letter)).status_code == 403
-    assert not Reveal.objects.exists()
+    assert entries("letter.reveal") == []
 
 
 def test_reveal_of_a_missing_letter_is_404_and_records_nothing():
     client = logged_in(user_with_role("admin", "chief"))
     assert client.post(reverse("deadletters:reveal", args=[999_999])).status_code == 404
-    assert not Reveal.objects.exists()
+    assert entries("letter.reveal") == []
 
 
 def test_the_permission_can_be_granted_alone(letter):
@@ -151,7 +154,7 @@ def test_the_permission_can_be_granted_alone(letter):
     viewer = user_with_role("viewer")
     viewer.user_permissions.add(Permission.objects.get(codename="view_secrets"))
     assert logged_in(viewer).post(reveal_url(letter)).status_code == 200
-    assert Reveal.objects.get().operator_name == "viewer"
+    assert [actor for _, actor, *_ in entries("letter.reveal")] == ["viewer"]
 
 
 def test_cli_reveal_needs_an_operator_with_the_permission_and_is_audited(letter):
@@ -162,26 +165,40 @@ def test_cli_reveal_needs_an_operator_with_the_permission_and_is_audited(letter)
         call_command(*show, stdout=StringIO())
     with pytest.raises(CommandError, match="view_secrets"):
         call_command(*show, "--operator", "oncall", stdout=StringIO())
-    assert not Reveal.objects.exists()
+    assert entries("letter.reveal") == []
     out = StringIO()
     call_command(*show, "--operator", "chief", stdout=out)
     assert json.loads(out.getvalue())["payload"] == PAYLOAD
-    reveal = Reveal.objects.get()
-    assert (reveal.operator_name, reveal.via, reveal.dead_letter_id) == ("chief", "cli", letter.pk)
+    assert entries("letter.reveal") == [
+        ([str(letter.pk)], "chief", "cli", "", {"via": "cli", "task_path": letter.task_path})
+    ]
 
 
 def test_reveals_are_read_only_in_the_admin(letter):
     chief = user_with_role("admin", "chief")
-    redaction.record_reveal(chief, letter, via="console")
+    reveal = redaction.record_reveal(chief, letter, via="console")
     client = logged_in(chief)
-    listing = client.get(reverse("admin:deadletters_reveal_changelist"))
+    listing = client.get(
+        reverse("admin:jobqueue_auditentry_changelist"), {"action__exact": "letter.reveal"}
+    )
     # The reveal's own row names chief (the page's header names the signed-in user anyway).
     assert listing.status_code == 200
-    assert 'class="field-operator_name">chief</td>' in listing.content.decode()
-    reveal = Reveal.objects.get()
-    delete = reverse("admin:deadletters_reveal_delete", args=[reveal.pk])
+    assert 'class="field-actor">chief</td>' in listing.content.decode()
+    delete = reverse("admin:jobqueue_auditentry_delete", args=[reveal.pk])
     assert client.post(delete, {"post": "yes"}).status_code == 403
-    assert Reveal.objects.count() == 1
+    assert list(AuditEntry.objects.values_list("action", flat=True)) == ["letter.reveal"]
+
+
+def test_a_reveal_counts_for_its_user_and_its_letter_only(letter):
+    chief = user_with_role("admin", "chief")
+    other_admin = user_with_role("admin", "deputy")
+    other_letter = DeadLetterFactory(kwargs=SECRETS)
+    redaction.record_reveal(chief, letter, via="edit")
+    assert redaction.has_seen(chief, letter)
+    assert not redaction.has_seen(other_admin, letter)
+    assert not redaction.has_seen(chief, other_letter)
+    chief.is_active = False  # a reveal of before does not outlive the account's state
+    assert not redaction.has_seen(chief, letter)
 
 
 # --- the shapes secrets come in ---------------------------------------------------------------

@@ -277,6 +277,8 @@ def test_the_migration_moves_replay_runs_control_events_onto_the_chain():
         ("run.paused", "dee", "unrecorded", [str(run_.pk)]),
         ("run.resumed", "dee", "unrecorded", [str(run_.pk)]),
         ("run.halted", "canary", "system", [str(run_.pk)]),
+        # The run's start, which it had no entry of: appended by deadletters 0016.
+        ("letters.replay", "dee", "unrecorded", [str(selection.pk)]),
     ]
     assert breaks() == []
 

@@ -307,7 +307,7 @@ class Command(cli.Command):
             raise usage_error(f"No dead letter {opts['id']}") from None
         letter = d.letter
         if operator is not None:
-            redaction.record_reveal(operator, letter, via="cli")
+            redaction.record_reveal(operator, letter, via="cli", channel="cli")
         data = {
             **{name: getattr(letter, name) for name in LIST_FIELDS},
             "idempotency_key": letter.idempotency_key,
@@ -427,6 +427,7 @@ class Command(cli.Command):
                     allow_poisoned=allow_poisoned,
                     rate=opts.get("rate"),
                     background=False,
+                    channel="cli",
                     # A discard has none; a replay's default is the setting's.
                     canary_size=(
                         0
@@ -567,6 +568,7 @@ class Command(cli.Command):
                     payload_search=operator.has_perm(redaction.REVEAL_PERMISSION)
                 ),
                 fmt=opts["format"],
+                channel="cli",
             )
             for chunk in chunks:
                 if out is None:
@@ -579,7 +581,7 @@ class Command(cli.Command):
             if out is not None:
                 with contextlib.suppress(OSError):  # what it failed to write, it fails again
                     out.close()
-                os.remove(path)  # no half file; the audit row stays (what may have left)
+                os.remove(path)  # no half file; the audit entry stays (what may have left)
             raise
         if out is not None:
             self.stdout.write(f"{record.rows} dead letters written to {path} ({record.format})")
