@@ -716,11 +716,12 @@ def recorded_filter_for(recorded: dict, user) -> list[tuple[str, object]]:
 def audit_params(entry, user) -> list[tuple[str, str]]:
     """An entry's parameters as the page and an export show them to `user`: masked as payloads
     are (redaction.redact), and a recorded filter's payload search words masked for anyone who
-    may not reveal payloads (templatetags.console.recorded_filter). Each value as compact JSON
-    text, but plain text as itself."""
+    may not reveal payloads (templatetags.console.recorded_filter), in the order of their names.
+    Each value as JSON text, but plain text as itself."""
     params = redaction.redact(entry.params if isinstance(entry.params, dict) else {})
     shown = []
-    for name, value in params.items():
+    # By name: a JSON column may keep keys in its own order (PostgreSQL's jsonb does).
+    for name, value in sorted(params.items(), key=lambda item: str(item[0])):
         if name == "filter" and isinstance(value, dict):
             value = dict(recorded_filter_for(value, user))
         shown.append(
