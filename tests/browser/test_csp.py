@@ -63,7 +63,7 @@ def test_no_page_violates_the_content_security_policy(page, live_server, setting
         "/deadletters/999999/",
         "/admin/",
         f"/admin/jobqueue/deadletter/{letter.pk}/change/",
-        "/admin/deadletters/reveal/",
+        "/admin/jobqueue/auditentry/",
     ):
         page.goto(f"{live_server.url}{path}")
         check_page()
