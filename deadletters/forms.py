@@ -241,9 +241,19 @@ AUDIT_ACTIONS = (
     "schedule.pause",
     "schedule.resume",
     "schedule.run",
+    "workflow.signal",
     "audit.export",
 )
-AUDIT_TARGET_KINDS = ("letter", "letters", "selection", "run", "job", "queue", "schedule")
+AUDIT_TARGET_KINDS = (
+    "letter",
+    "letters",
+    "selection",
+    "run",
+    "job",
+    "queue",
+    "schedule",
+    "workflow",
+)
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
 KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
 

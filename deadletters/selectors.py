@@ -693,6 +693,8 @@ def _target_link(kind: str, ref: str, params: dict, schedule_ids: dict, overview
         return f"#{ref}", reverse("deadletters:run", args=[int(ref)])
     if kind == "job" and number:
         return ref, reverse("deadletters:job", args=[int(ref)])
+    if kind == "workflow" and number:
+        return f"#{ref}", reverse("deadletters:workflow", args=[int(ref)])
     if kind == "selection":
         # A letters selection's page is its run's, once confirmed.
         run = params.get("run")

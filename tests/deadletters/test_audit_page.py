@@ -549,6 +549,11 @@ def test_each_targets_page_links_to_its_own_history(chief, settings, client):
     make_schedule("nightly run")
     listing = client.get(reverse("deadletters:schedules")).content.decode()
     assert history_link("schedule", "nightly%20run") in listing
+    from tests.deadletters.test_workflows_page import workflow
+
+    flow = workflow()
+    flow_page = client.get(reverse("deadletters:workflow", args=[flow.pk])).content.decode()
+    assert history_link("workflow", flow.pk) in flow_page
     # And each leads to that target's entries only.
     services.act_on_jobs("cancel", [job.pk], operator=chief, reason="stale", channel="console")
     listed = rows(client.get(AUDIT, {"target_kind": "job", "target": job.pk}))
