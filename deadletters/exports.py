@@ -18,6 +18,9 @@ Payloads are always masked (deadletters/redaction.py): seeing them unmasked take
 reveal of one letter at a time, which an export of thousands does not make. CSV cells that a
 spreadsheet would read as a formula (starting with = + - @, tab or carriage return) get a
 leading apostrophe; JSON Lines are data for programs and are written as they are.
+
+The audit log exports itself the same way (`export_audit`: the Audit page's filter, its entries
+before the export's own entry, audit.export, their parameters masked as the page shows them).
 """
 
 from __future__ import annotations

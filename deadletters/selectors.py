@@ -655,7 +655,6 @@ def audit_entries(
     )
 
 
-# The pages an audit entry's targets link to, by target kind (see audit_links).
 def audit_links(entries, *, using: str = "default") -> None:
     """Set `entry.links` on each entry: (text, URL or None) for each target it names (at most
     10, `entry.more_targets` the rest), each to the target's page. A schedule's row on the
