@@ -242,6 +242,8 @@ AUDIT_ACTIONS = (
     "schedule.resume",
     "schedule.run",
     "workflow.signal",
+    "worker.quiet",
+    "worker.stop",
     "audit.export",
 )
 AUDIT_TARGET_KINDS = (
@@ -253,6 +255,7 @@ AUDIT_TARGET_KINDS = (
     "queue",
     "schedule",
     "workflow",
+    "worker",
 )
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
 KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
