@@ -668,6 +668,7 @@ def _start_run(actor: Actor, cleaned, selection: Selection) -> Outcome:
         rate=cleaned["rate"],
         canary_size=cleaned["canary_size"],
         canary_max_dead_share=cleaned["canary_max_dead_share"],
+        channel=actor.channel,
     )
     awaiting = run.state == RunState.AWAITING
     return Outcome(
@@ -715,7 +716,7 @@ def _reveal(actor: Actor, cleaned) -> Outcome:
     backend, letter = _letter(cleaned)
     detail = selectors.detail(letter.pk, redacted=False, using=backend.database)
     with transaction.atomic():
-        redaction.record_reveal(actor.user, letter, via=actor.channel)
+        redaction.record_reveal(actor.user, letter, via=actor.channel, channel=actor.channel)
     return Outcome(
         False,
         f"Dead letter {letter.pk} shown unmasked (recorded).",
@@ -737,6 +738,7 @@ def _edit_replay(actor: Actor, cleaned) -> Outcome:
         kwargs=cleaned["kwargs"],
         reason=cleaned["reason"],
         allow_poisoned=cleaned["allow_poisoned"],
+        channel=actor.channel,
     )
     return Outcome(
         True,
@@ -749,7 +751,7 @@ def _edit_replay(actor: Actor, cleaned) -> Outcome:
 def _export(actor: Actor, cleaned) -> Outcome:
     f = cleaned.form.to_filter(payload_search=_may_search_payloads(actor))
     fmt = cleaned["format"]
-    record, chunks = exports.export(operator=actor.user, filter=f, fmt=fmt)
+    record, chunks = exports.export(operator=actor.user, filter=f, fmt=fmt, channel=actor.channel)
     return Outcome(
         False,
         f"Export {exports.filename(record)} started.",
