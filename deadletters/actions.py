@@ -400,7 +400,11 @@ class EditReplayForm(EditForm):
 
 
 class ExportForm(FilterForm):
-    format = forms.ChoiceField(choices=[(f, f) for f in exports.FORMATS])
+    ASK = "Ask for format=csv or format=jsonl."
+    format = forms.ChoiceField(
+        choices=[(f, f) for f in exports.FORMATS],
+        error_messages={"required": ASK, "invalid_choice": ASK},
+    )
 
 
 class SignalForm(Reason):

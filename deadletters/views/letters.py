@@ -14,7 +14,18 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from jobqueue.models import DeadLetter
 from jobqueue.store import sources
 
-from .. import conf, databases, edits, exports, redaction, search, selectors, services, workflows
+from .. import (
+    actions,
+    conf,
+    databases,
+    edits,
+    exports,
+    redaction,
+    search,
+    selectors,
+    services,
+    workflows,
+)
 from ..forms import EditForm, FilterForm, ListPageForm, refusal
 from ..models import Action
 from ..roles import ACTION_PERMISSION, EDIT, POISON
@@ -176,9 +187,12 @@ def letter_detail(request, pk):
 def reveal(request, pk):
     """The detail page with the masked values shown, for a user with the permission; each
     reveal is recorded. A POST, so a link or a reload never reveals (or records) by itself."""
-    require(request.user, redaction.REVEAL_PERMISSION)
-    backend, detail = _letter_detail(request, pk, redacted=False)
-    redaction.record_reveal(request.user, detail.letter, via="console", channel=CONSOLE)
+    data = {"letter": pk, "backend": request.GET.get("backend") or ""}
+    try:
+        outcome = actions.perform("letter.reveal", user=request.user, channel=CONSOLE, data=data)
+    except actions.Invalid:  # the one input not in the path: the backend
+        no_such_backend()
+    backend, detail = outcome.result
     return render(
         request,
         "deadletters/detail.html",
@@ -205,21 +219,15 @@ def export(request):
     token, like every request that writes (here, the audit entry): a link on another site
     cannot make a logged-in operator export. An invalid filter field is refused, never dropped:
     an export of more than the operator asked for is the one thing it must not do."""
-    require(request.user, exports.EXPORT)
-    fmt = request.POST.get("format", "")
-    if fmt not in exports.FORMATS:
-        return HttpResponseBadRequest(
-            "Invalid format: ask for format=csv or format=jsonl.", content_type="text/plain"
+    try:
+        outcome = actions.perform(
+            "letters.export", user=request.user, channel=CONSOLE, data=request.POST
         )
-    form = FilterForm(request.POST)
-    if not form.is_valid():
-        return HttpResponseBadRequest(f"Invalid filter: {refusal(form)}", content_type="text/plain")
-    record, chunks = exports.export(
-        operator=request.user,
-        filter=filter_for(form, request.user),
-        fmt=fmt,
-        channel=CONSOLE,
-    )
+    except actions.Invalid as exc:
+        refused = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in exc.errors.items())
+        return HttpResponseBadRequest(f"Invalid filter: {refused}", content_type="text/plain")
+    record, chunks = outcome.result
+    fmt = outcome.data["format"]
     response = StreamingHttpResponse(
         (chunk.encode("utf-8") for chunk in chunks), content_type=exports.CONTENT_TYPES[fmt]
     )
