@@ -11,6 +11,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("deadletters/", include("deadletters.urls")),
+    # The JSON API (the optional extra redrive[api]) and its OpenAPI document, api/openapi.json.
+    path("api/", include("deadletters.api.urls")),
     path("metrics", metrics, name="metrics"),
     path("", dashboard, name="dashboard"),
     # Browsers ask for /favicon.ico on pages that link no icon (the admin's, a 404's).

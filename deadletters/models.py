@@ -372,3 +372,64 @@ class PayloadEdit(models.Model):
 
     def __str__(self):
         return f"edit of letter {self.dead_letter_id} by {self.operator_name}"
+
+
+class ApiToken(models.Model):
+    """A bearer token of the JSON API (deadletters.api), acting as its user with at most its
+    scopes: read (every GET) and act (every POST); the user's own permissions still apply.
+
+    The token's text, `rdr_<prefix>_<secret>`, is shown once when it is made; only the
+    secret's SHA-256 is kept, and the public prefix finds the row. Created and revoked in the
+    console, by `manage.py apitoken` and never edited otherwise (deadletters.tokens)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    scopes = models.CharField(max_length=20)  # "read" or "read,act"
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("revoke_any_apitoken", "Can revoke any user's API token")]
+
+    def __str__(self):
+        return f"API token {self.label} ({self.name}) of {self.user}"
+
+    @property
+    def label(self) -> str:
+        """How the audit log names the token: its public start, never the secret."""
+        return f"rdr_{self.prefix}"
+
+    @property
+    def scope_list(self) -> list[str]:
+        return [s for s in self.scopes.split(",") if s]
+
+
+class IdempotentRequest(models.Model):
+    """The first answer to an API POST sent with an `Idempotency-Key`, per token and key: a
+    retry of the same request gets this answer again instead of acting twice; the same key on
+    another request is refused. Written in the transaction of the action it answers, so the
+    two commit together (deadletters.api.idempotency); kept 24 hours."""
+
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    # SHA-256 of the method, the path and the body: "the same request".
+    fingerprint = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField()
+    body = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["token", "key"], name="deadletters_idem_key_uniq")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="deadletters_idem_at_idx")]
+
+    def __str__(self):
+        return f"{self.key} of token {self.token_id}: {self.status}"
