@@ -29,6 +29,8 @@ CONTROL_WORKER = "jobqueue.control_worker"
 EDIT = "deadletters.edit_deadletter"
 # Export the filtered letters as CSV or JSON Lines (audited in the audit log).
 EXPORT = "deadletters.export_deadletter"
+# Revoke another user's API token (anyone manages their own: deadletters.tokens).
+REVOKE_ANY_TOKEN = "deadletters.revoke_any_apitoken"
 
 ROLE_PERMISSIONS = {
     "viewer": [VIEW],
@@ -55,6 +57,7 @@ ROLE_PERMISSIONS = {
         EDIT,
         # Unmasked payloads, one audited reveal at a time (deadletters/redaction.py).
         REVEAL_PERMISSION,
+        REVOKE_ANY_TOKEN,
         # The read-only admin pages of the queue and the audit log.
         "jobqueue.view_deadletter",
         "deadletters.view_replayrun",

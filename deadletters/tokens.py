@@ -22,12 +22,12 @@ from django.utils import timezone
 from jobqueue import store
 
 from .models import ApiToken
+from .roles import REVOKE_ANY_TOKEN
 
 SCOPES = ("read", "act")
 DEFAULT_DAYS = 90
 MAX_DAYS = 366
 NAME_CHARS = ApiToken._meta.get_field("name").max_length
-REVOKE_ANY = "deadletters.revoke_any_apitoken"
 _TEXT = re.compile(r"rdr_([0-9a-f]{8})_([A-Za-z0-9_-]{43})")
 
 
@@ -132,7 +132,7 @@ def create(
 
 
 def may_revoke(operator, token: ApiToken) -> bool:
-    return token.user_id == operator.pk or operator.has_perm(REVOKE_ANY)
+    return token.user_id == operator.pk or operator.has_perm(REVOKE_ANY_TOKEN)
 
 
 def revoke(token_id, *, operator, channel: str, now=None) -> ApiToken:
