@@ -250,7 +250,7 @@ def _endpoint(action: actions.Action):
     answers = {201: Frozen, **ANSWERS} if action.bulk else {200: Done, **ANSWERS}
     if name == "letters.export":  # a file, not JSON
         del answers[200]
-        types = {content: {"schema": {"type": "string"}} for content in exports.CONTENT_TYPES.values()}
+        types = {kind: {"schema": {"type": "string"}} for kind in exports.CONTENT_TYPES.values()}
         extra["responses"] = {"200": {"description": "The export's file.", "content": types}}
     router.post(
         f"/actions/{name}",
@@ -301,9 +301,7 @@ def _selection(request, pk: str) -> Selection:
     return answered(lambda: actions.own_selection(row_id(pk, "selection"), request.auth.user))
 
 
-@router.get(
-    "/selections/{pk}", response={200: Frozen, **ANSWERS}, summary="A frozen selection"
-)
+@router.get("/selections/{pk}", response={200: Frozen, **ANSWERS}, summary="A frozen selection")
 def selection_detail(request, pk: str):
     """A frozen selection's preview again: how many, by type and cause, a sample; yours only."""
     return preview(_selection(request, pk))

@@ -1,7 +1,7 @@
 """The API with its endpoints: the reads, and the actions (deadletters.api.actions)."""
 
-from .core import api
 from .actions import router as acts
+from .core import api
 from .reads import router as reads
 
 api.add_router("/", reads)

@@ -630,7 +630,7 @@ class QueuesOut(Schema):
 def _queue_rows(health, backend_name) -> list[dict]:
     fields = QueueRow.model_fields.keys() - {"backend"}
     return [
-        {"backend": getattr(r, "backend", None) and r.backend.name or backend_name}
+        {"backend": (getattr(r, "backend", None) and r.backend.name) or backend_name}
         | {name: getattr(r, name) for name in fields}
         for r in health.rows
     ]

@@ -6,46 +6,73 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deadletters', '0016_reveals_exports_edits_in_the_audit_log'),
+        ("deadletters", "0016_reveals_exports_edits_in_the_audit_log"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('prefix', models.CharField(max_length=16, unique=True)),
-                ('secret_hash', models.CharField(max_length=64)),
-                ('scopes', models.CharField(max_length=20)),
-                ('created_at', models.DateTimeField()),
-                ('expires_at', models.DateTimeField()),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("prefix", models.CharField(max_length=16, unique=True)),
+                ("secret_hash", models.CharField(max_length=64)),
+                ("scopes", models.CharField(max_length=20)),
+                ("created_at", models.DateTimeField()),
+                ("expires_at", models.DateTimeField()),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'permissions': [('revoke_any_apitoken', "Can revoke any user's API token")],
+                "ordering": ["-created_at", "-id"],
+                "permissions": [("revoke_any_apitoken", "Can revoke any user's API token")],
             },
         ),
         migrations.CreateModel(
-            name='IdempotentRequest',
+            name="IdempotentRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('status', models.PositiveSmallIntegerField()),
-                ('body', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField()),
-                ('token', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='deadletters.apitoken')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("fingerprint", models.CharField(max_length=64)),
+                ("status", models.PositiveSmallIntegerField()),
+                ("body", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "token",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="deadletters.apitoken",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['created_at'], name='deadletters_idem_at_idx')],
-                'constraints': [models.UniqueConstraint(fields=('token', 'key'), name='deadletters_idem_key_uniq')],
+                "indexes": [models.Index(fields=["created_at"], name="deadletters_idem_at_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("token", "key"), name="deadletters_idem_key_uniq"
+                    )
+                ],
             },
         ),
     ]
