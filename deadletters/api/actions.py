@@ -129,8 +129,17 @@ def form_data(request) -> dict:
             value = json.dumps(value)
         elif isinstance(value, dict) or (isinstance(value, list) and name != "ids"):
             raise Refused(400, f"Nothing changed: {name}: a single value is expected.")
-        data[name] = value
+        # As text, as a browser's form sends it: each field parses it the console's way.
+        data[name] = [_text(v) for v in value] if isinstance(value, list) else _text(value)
     return data
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -281,7 +290,7 @@ def _export(request, user, data):
         )
     )
     if isinstance(outcome, tuple):
-        return outcome
+        return api.create_response(request, outcome[1], status=outcome[0])
     record, chunks = outcome.result
     fmt = outcome.data["format"]
     response = StreamingHttpResponse(
