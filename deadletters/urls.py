@@ -68,4 +68,6 @@ urlpatterns = [
     path("workflows/<row_id:pk>/", views.workflow_detail, name="workflow"),
     path("workflows/<row_id:pk>/signal/", views.workflow_signal, name="workflow-signal"),
     path("export/", views.export, name="export"),
+    path("tokens/", views.token_list, name="tokens"),
+    path("tokens/<row_id:pk>/revoke/", views.token_revoke, name="token-revoke"),
 ]

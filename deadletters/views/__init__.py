@@ -30,6 +30,7 @@ from .queues import queue_control, worker_control
 from .runs import run_approve, run_control, run_detail
 from .schedules import schedule_act, schedule_list
 from .selections import confirm, job_confirm, job_preview, preview
+from .tokens import token_list, token_revoke
 from .workflows import workflow_detail, workflow_list, workflow_signal
 
 __all__ = [
@@ -63,6 +64,8 @@ __all__ = [
     "run_detail",
     "schedule_act",
     "schedule_list",
+    "token_list",
+    "token_revoke",
     "whole_page",
     "worker_control",
     "workflow_detail",
