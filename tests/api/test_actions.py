@@ -247,3 +247,19 @@ def test_signal_a_workflow(operator_api):
     assert response.status_code == 200, response.content
     assert Workflow.objects.get(pk=job.pk).signals.get().payload == {"by": "ann"}
     assert_audited_once("workflow.signal", operator_api, [job.pk])
+
+
+def test_the_readmes_replay_script_step_by_step(operator_api):
+    """The README's shell script, call by call: freeze, confirm with a rate, poll the run."""
+    letters = DeadLetterFactory.create_batch(2, task_path="billing.tasks.send_receipt")
+    freeze = {"select_all": "1", "job_type": "billing.tasks.send_receipt", "state": "pending"}
+    selection = operator_api.post("actions/letters.replay", freeze, key="deploy-7-freeze").json()
+    assert selection["count"] == 2
+    confirm = {"reason": "receipt API fixed in deploy 7", "rate": 50}
+    path = f"selections/{selection['selection']}/confirm"
+    run = operator_api.post(path, confirm, key="deploy-7-confirm").json()["run"]
+    polled = operator_api.get(f"runs/{run}").json()
+    assert (
+        polled["state"] == ReplayRun.objects.get(pk=run).state == "running"
+    )  # paced: carried on by the runner
+    assert ReplayRun.objects.get(pk=run).requested == len(letters)
