@@ -259,7 +259,6 @@ def test_the_readmes_replay_script_step_by_step(operator_api):
     path = f"selections/{selection['selection']}/confirm"
     run = operator_api.post(path, confirm, key="deploy-7-confirm").json()["run"]
     polled = operator_api.get(f"runs/{run}").json()
-    assert (
-        polled["state"] == ReplayRun.objects.get(pk=run).state == "running"
-    )  # paced: carried on by the runner
+    # Paced: the runner carries it on in the background.
+    assert polled["state"] == ReplayRun.objects.get(pk=run).state == "running"
     assert ReplayRun.objects.get(pk=run).requested == len(letters)
