@@ -3,7 +3,9 @@ anyone's. Each create and revoke is audited (deadletters.tokens)."""
 
 from django import forms
 from django.contrib import messages
+from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -82,6 +84,7 @@ def token_revoke(request, pk):
         tokens.revoke(token.pk, operator=request.user, channel=CONSOLE)
     except tokens.TokenError as exc:
         messages.warning(request, f"Nothing changed: {exc}")
-    else:
-        messages.success(request, f"Token {token.label} ({token.name}) revoked.")
-    return redirect("deadletters:tokens")
+        return redirect("deadletters:tokens")
+    messages.success(request, f"Token {token.label} ({token.name}) revoked.")
+    # To its row, which now says so.
+    return HttpResponseRedirect(reverse("deadletters:tokens") + f"#token-{token.pk}")

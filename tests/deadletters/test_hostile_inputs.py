@@ -19,7 +19,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from deadletters import actions, services, urls
+from deadletters import actions, services, tokens, urls
 from deadletters.forms import (
     AuditFilterForm,
     ConfirmForm,
@@ -33,6 +33,7 @@ from deadletters.forms import (
     SelectionForm,
 )
 from deadletters.models import ReplayRun, Selection
+from deadletters.views.tokens import TokenForm
 from deadletters.workflows import WorkflowFilterForm
 from jobqueue import store
 from jobqueue.models import MAX_ID, Workflow, WorkflowStep
@@ -172,6 +173,8 @@ ENDPOINTS = {
     ),
     "export": (["POST"], [*FilterForm.base_fields, "format"], "export/"),
     "audit-export": (["POST"], [*AuditFilterForm.base_fields, "format"], "audit/export/"),
+    "tokens": (["GET", "POST"], list(TokenForm.base_fields), "tokens/"),
+    "token-revoke": (["POST"], [], "tokens/{token}/revoke/"),
 }
 OUTSIDE = {"dashboard": (["GET"], [], "/"), "metrics": (["GET"], [], "/metrics")}
 
@@ -189,7 +192,7 @@ def requests(draw):
     methods, params, template = {**ENDPOINTS, **OUTSIDE}[name]
     segments = {
         key: draw(path_ids(key))
-        for key in ("letter", "selection", "run", "job", "jobs", "workflow")
+        for key in ("letter", "selection", "run", "job", "jobs", "workflow", "token")
         if f"{{{key}}}" in template
     }
     command = draw(st.sampled_from(["pause", "resume", "cancel", "explode"]))
@@ -228,6 +231,11 @@ class World:
             "job": [dl.job_id for dl in letters],
             "jobs": [],
             "workflow": [],
+            # API tokens: the operator's and the admin's.
+            "token": [
+                tokens.create(users[role], name="fuzz", channel="code").token.pk
+                for role in ("operator", "admin")
+            ],
         }
         for dl in letters[:2]:  # workflows dead at a step, with a batch's letters
             workflow = Workflow.objects.create(
@@ -310,7 +318,7 @@ def snapshot():
 # Where an accepted write sends the operator; anything else after a POST is a refusal.
 ACCEPTED = re.compile(
     r"^/deadletters/((selections|runs|jobs/selections)/[0-9]+/"
-    r"|jobs/[0-9]+/#history|health/#queue-control|health/#workers|schedules/#schedule-[0-9]+|workflows/[0-9]+/#signals"
+    r"|jobs/[0-9]+/#history|health/#queue-control|health/#workers|schedules/#schedule-[0-9]+|workflows/[0-9]+/#signals|tokens/#token-[0-9]+"
     r"|[0-9]+/#edit-[0-9]+)$"
 )
 
