@@ -52,6 +52,7 @@ EVERY_COMMAND = [
     ["createoperator", "--help"],
     ["audit", "verify"],
     ["act", "list", "--json"],
+    ["apitoken", "create", "--user", "chief", "--name", "output test"],
 ]
 
 
