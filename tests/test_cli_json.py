@@ -59,6 +59,8 @@ NOT_LISTINGS = {
     ("runrelay", ""): "a long-running process",
     ("createoperator", ""): "creates or updates a user",
     ("act", "confirm"): "carries out a frozen selection (its --json is the outcome)",
+    ("apitoken", "create"): "makes a token (its --json is the token, shown once)",
+    ("apitoken", "revoke"): "revokes a token",
     # One sub-command for each action of the registry (deadletters.actions).
     **{
         ("act", name): "an action of the registry (its --json is the outcome)"
@@ -470,6 +472,26 @@ def check_act_list(seeded):
     assert rows == [actions.as_json(action) for action in actions.REGISTRY.values()]
 
 
+def check_apitoken_list(seeded):
+    from deadletters import tokens
+    from deadletters.models import ApiToken
+    from tests.factories import UserFactory
+
+    for name in ("grafana", "deploys"):
+        tokens.create(UserFactory(username="ana"), name=name, channel="code")
+    rows = as_json(["apitoken", "list"])
+    tokens_ = ApiToken.objects.order_by("-created_at", "-id")
+    assert [row["id"] for row in rows] == [t.pk for t in tokens_] and rows
+    for row, token in zip(rows, tokens_, strict=True):
+        assert (row["user"], row["name"], row["prefix"], row["expires_at"]) == (
+            token.user.username,
+            token.name,
+            token.label,
+            token.expires_at.isoformat(),
+        )
+        assert "secret_hash" not in row and "token" not in row
+
+
 # Each listing, how to check its JSON, and an argument it refuses (after --json).
 LISTINGS = {
     ("deadletters", "list"): (check_deadletters_list, ["deadletters", "list", "--limit", "0"]),
@@ -494,6 +516,7 @@ LISTINGS = {
     ("audit", "list"): (check_audit_list, ["audit", "list", "--limit", "10001"]),
     ("prune", ""): (check_prune, ["prune", "--older-than", "-1"]),
     ("act", "list"): (check_act_list, ["act", "list", "--bogus"]),
+    ("apitoken", "list"): (check_apitoken_list, ["apitoken", "list", "--user", "nobody"]),
 }
 
 

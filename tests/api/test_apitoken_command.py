@@ -42,7 +42,7 @@ def test_create_json_and_list_json():
     assert made["token"].startswith(f"{made['prefix']}_")
     assert made["scopes"] == ["read"]
     listed, _ = run("list", "--json")
-    rows = [json.loads(line) for line in listed.splitlines()]
+    rows = json.loads(listed)
     assert [(r["id"], r["name"]) for r in rows] == [(made["id"], "grafana")]
     assert "token" not in rows[0]
 

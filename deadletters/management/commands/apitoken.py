@@ -69,7 +69,7 @@ class Command(cli.Command):
         )
         listing = commands.add_parser("list", help="The tokens, newest first.")
         listing.add_argument("--user", type=cli.operator_name)
-        listing.add_argument("--json", action="store_true", help="One JSON object per line.")
+        listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
 
     def handle(self, *args, command, **opts):
         return getattr(self, f"_{command}")(**opts)
@@ -107,20 +107,19 @@ class Command(cli.Command):
         if user:
             rows = rows.filter(user=_user(user))
         rows = list(rows[: cli.MAX_LIST_LIMIT])
+        if json:
+            self.write_json_rows(as_json(token) for token in rows)
+            return
+        now = timezone.now()
         for token in rows:
-            if json:
-                self.stdout.write(cli.json_text(as_json(token)))
-                continue
             state = (
-                "revoked"
-                if token.revoked_at
-                else "expired"
-                if token.expires_at <= timezone.now()
-                else "live"
+                "revoked" if token.revoked_at else "expired" if token.expires_at <= now else "live"
             )
             self.stdout.write(
-                f"{token.pk}\t{token.label}\t{token.user}\t{token.name}\t{token.scopes}\t"
-                f"{state}\texpires {token.expires_at:%Y-%m-%d}"
+                cli.one_line(
+                    f"{token.pk}\t{token.label}\t{token.user}\t{token.name}\t{token.scopes}\t"
+                    f"{state}\texpires {token.expires_at:%Y-%m-%d}"
+                )
             )
-        if not rows and not json:
-            self.stderr.write("No API tokens.")
+        if not rows:
+            self.stdout.write("no API tokens")
