@@ -900,6 +900,10 @@ class EntriesOut(Schema):
 class AuditParams(Schema):
     backend: str | None = None
     operator: str | None = None
+    action: str | None = None
+    target_kind: str | None = None
+    target: str | None = None
+    channel: str | None = None
     since: str | None = None
     until: str | None = None
     after: str | None = None
@@ -907,8 +911,8 @@ class AuditParams(Schema):
 
 @router.get("/audit", response={200: EntriesOut, **REFUSALS}, summary="The audit log")
 def audit(request, params: Query[AuditParams]):
-    """The audit log of a backend's database, newest first, by operator and day; `next` is
-    the `after` of the older page."""
+    """The audit log of a backend's database, newest first, by who, action, target, channel
+    and day (the Audit page's filters); `next` is the `after` of the older page."""
     backend = backend_of(request)
     data = request.GET.copy()
     if "after" in data:  # the Audit page's name for the entries' cursor

@@ -231,3 +231,13 @@ def test_a_selection_of_another_user_is_not_found(viewer_api):
     response = viewer_api.get(f"selections/{selection.pk}")
     assert response.status_code == 404
     assert Job.objects.count() == 0
+
+
+def test_audit_entries_filter_by_the_audit_pages_fields(viewer_api):
+    store.audit.record("queue.pause", actor="a", channel="cli", target_kind="queue", targets=["q"])
+    store.audit.record("job.cancel", actor="b", channel="code", target_kind="job", targets=[7])
+    by_channel = viewer_api.get("audit", channel="cli").json()["entries"]
+    assert [(e["actor"], e["action"]) for e in by_channel] == [("a", "queue.pause")]
+    by_target = viewer_api.get("audit", target_kind="job", target="7").json()["entries"]
+    assert [e["actor"] for e in by_target] == ["b"]
+    assert viewer_api.get("audit", channel="pigeon").status_code == 400
