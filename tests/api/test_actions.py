@@ -178,6 +178,12 @@ def test_letters_replay_freeze_confirm_and_the_run(operator_api):
     polled = operator_api.get(f"runs/{run.pk}").json()
     assert (polled["state"], polled["done"]) == ("finished", 3)
     assert DeadLetter.objects.filter(task_path="app.a", state="replaying").count() == 3
+    started = AuditEntry.objects.filter(action="letters.replay").get()
+    assert (started.actor, started.channel, started.token) == (
+        "operator",
+        "api",
+        operator_api.token.label,
+    )
 
 
 def test_the_discard_permission_is_named_when_missing(viewer_api):
