@@ -28,7 +28,7 @@ from jobqueue import workflows as workflow_api
 from jobqueue.models import DeadLetter, Job, JobStatus, Schedule, WorkerRecord, Workflow
 from jobqueue.store import payloads
 
-from . import conf, databases, exports, jobs, redaction, search, selectors, services
+from . import conf, databases, exports, jobs, redaction, search, selectors, services, tokens
 from .forms import (
     ConfirmForm,
     EditForm,
@@ -40,7 +40,7 @@ from .forms import (
     refusal,
 )
 from .models import Action as LetterAction
-from .models import ReplayRun, RunState, Selection
+from .models import ApiToken, ReplayRun, RunState, Selection
 from .roles import (
     ACT_ON_JOB,
     ACTION_PERMISSION,
@@ -50,6 +50,7 @@ from .roles import (
     MANAGE_SCHEDULE,
     PAUSE_QUEUE,
     POISON,
+    REVOKE_ANY_TOKEN,
     VIEW,
 )
 
@@ -162,6 +163,9 @@ class Action:
     two_person: bool = False
     # The audit's name for what it writes, where the store's name differs from the action's.
     audited_as: str = ""
+    # Offered by the JSON API too. Not for making tokens: a leaked token must not mint others
+    # that outlive its revocation.
+    api: bool = True
 
     @property
     def bulk(self) -> bool:
@@ -1019,6 +1023,89 @@ register(
 )
 
 
+# --- API tokens ------------------------------------------------------------------------------
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=tokens.NAME_CHARS, help_text="What it is for.")
+    scopes = forms.MultipleChoiceField(
+        choices=[("read", "read (every GET)"), ("act", "act (every POST)")],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["read"],
+    )
+    days = forms.IntegerField(
+        min_value=1, max_value=tokens.MAX_DAYS, initial=tokens.DEFAULT_DAYS, label="Expires in days"
+    )
+
+
+class TokenRevokeForm(forms.Form):
+    token = IdField()
+
+
+def _token_create(actor: Actor, cleaned) -> Outcome:
+    try:
+        made = tokens.create(
+            actor.user,
+            name=cleaned["name"],
+            scopes=cleaned["scopes"],
+            days=cleaned["days"],
+            channel=actor.channel,
+        )
+    except tokens.TokenError as exc:
+        raise Invalid(f"No token made: {exc}") from None
+    token = made.token
+    return Outcome(
+        True,
+        f"Token {token.label} made; its text is shown this once.",
+        {
+            "id": token.pk,
+            "label": token.label,
+            "scopes": token.scopes,
+            "expires_at": token.expires_at.isoformat(),
+            "token": made.text,
+        },
+        made,
+    )
+
+
+def _token_revoke(actor: Actor, cleaned) -> Outcome:
+    token = ApiToken.objects.filter(pk=cleaned["token"]).first()
+    if token is None:
+        raise Gone("API token", cleaned["token"], "The API tokens page lists yours.")
+    if not tokens.may_revoke(actor.user, token):
+        raise Missing(REVOKE_ANY_TOKEN)
+    try:
+        tokens.revoke(token.pk, operator=actor.user, channel=actor.channel)
+    except tokens.TokenError as exc:
+        raise Conflict(f"Nothing changed: {exc}") from None
+    return Outcome(True, f"Token {token.label} ({token.name}) revoked.", {"id": token.pk}, token)
+
+
+register(
+    Action(
+        "token.create",
+        "token",
+        "Create",
+        "Make an API token for yourself (its text is shown once), with scopes and an expiry.",
+        (),
+        TokenForm,
+        _token_create,
+        api=False,
+    )
+)
+register(
+    Action(
+        "token.revoke",
+        "token",
+        "Revoke",
+        "Revoke an API token: yours, or anyone's with the permission to.",
+        (),
+        TokenRevokeForm,
+        _token_revoke,
+    )
+)
+
+
 def as_json(action: Action) -> dict:
     """An action as `manage.py act --list --json` and the API's index describe it."""
     return {
@@ -1029,6 +1116,7 @@ def as_json(action: Action) -> dict:
         "permissions": [VIEW, *action.permissions],
         "bulk": action.bulk,
         "two_person": action.two_person,
+        "api": action.api,
         "fields": sorted(action.fields()),
     }
 

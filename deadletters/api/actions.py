@@ -301,7 +301,8 @@ def _export(request, user, data):
 
 
 for _action in actions.REGISTRY.values():
-    _endpoint(_action)
+    if _action.api:
+        _endpoint(_action)
 
 
 def _selection(request, pk: str) -> Selection:

@@ -1,7 +1,6 @@
 """API tokens: the user's own, made (the token shown this once) and revoked; an admin revokes
 anyone's. Each create and revoke is audited (deadletters.tokens)."""
 
-from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -9,23 +8,12 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import tokens
-from ..forms import refusal
+from .. import actions
 from ..models import ApiToken
 from ..roles import REVOKE_ANY_TOKEN
-from .base import CONSOLE, Missing, NotFound, console_view
+from .base import CONSOLE, console_view
 
-
-class TokenForm(forms.Form):
-    name = forms.CharField(max_length=tokens.NAME_CHARS, help_text="What it is for.")
-    scopes = forms.MultipleChoiceField(
-        choices=[("read", "read (every GET)"), ("act", "act (every POST)")],
-        widget=forms.CheckboxSelectMultiple,
-        initial=["read"],
-    )
-    days = forms.IntegerField(
-        min_value=1, max_value=tokens.MAX_DAYS, initial=tokens.DEFAULT_DAYS, label="Expires in days"
-    )
+TokenForm = actions.TokenForm
 
 
 def _page(request, form, *, made=None, status=200):
@@ -53,38 +41,29 @@ def token_list(request):
     a redirect or a cache)."""
     if request.method == "GET":
         return _page(request, TokenForm())
-    form = TokenForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"No token made ({refusal(form)}).")
-        return _page(request, form, status=400)
-    data = form.cleaned_data
     try:
-        made = tokens.create(
-            request.user,
-            name=data["name"],
-            scopes=data["scopes"],
-            days=data["days"],
-            channel=CONSOLE,
+        outcome = actions.perform(
+            "token.create", user=request.user, channel=CONSOLE, data=request.POST
         )
-    except tokens.TokenError as exc:
-        messages.error(request, f"No token made ({exc}).")
+    except actions.Invalid as exc:
+        form = TokenForm(request.POST)
+        form.is_valid()  # the same messages, beside their fields
+        messages.error(request, str(exc))
         return _page(request, form, status=400)
-    return _page(request, TokenForm(), made=made)
+    return _page(request, TokenForm(), made=outcome.result)
 
 
 @require_POST
 @console_view
 def token_revoke(request, pk):
-    token = ApiToken.objects.filter(pk=pk).first()
-    if token is None:
-        raise NotFound("API token", pk, "The API tokens page lists yours.")
-    if not tokens.may_revoke(request.user, token):
-        raise Missing(REVOKE_ANY_TOKEN)
     try:
-        tokens.revoke(token.pk, operator=request.user, channel=CONSOLE)
-    except tokens.TokenError as exc:
-        messages.warning(request, f"Nothing changed: {exc}")
+        outcome = actions.perform(
+            "token.revoke", user=request.user, channel=CONSOLE, data={"token": pk}
+        )
+    except actions.Conflict as exc:
+        messages.warning(request, str(exc))
         return redirect("deadletters:tokens")
-    messages.success(request, f"Token {token.label} ({token.name}) revoked.")
+    token = outcome.result
+    messages.success(request, outcome.message)
     # To its row, which now says so.
     return HttpResponseRedirect(reverse("deadletters:tokens") + f"#token-{token.pk}")

@@ -46,9 +46,9 @@ def _add_fields(parser, fields: dict[str, forms.Field]) -> None:
                 const=_flag_value(f),
                 help=help_text,
             )
-        elif name == "ids":
+        elif name == "ids" or isinstance(f, forms.MultipleChoiceField):
             parser.add_argument(
-                "--ids", dest=_dest(name), nargs="+", type=cli.text(), metavar="ID", help=help_text
+                _option(name), dest=_dest(name), nargs="+", type=cli.text(), help=help_text
             )
         else:
             parser.add_argument(
