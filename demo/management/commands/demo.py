@@ -261,8 +261,9 @@ class Command(BaseCommand):
                     name,
                     "--role",
                     role,
-                    "--password",
-                    passwords[name],
+                    # One argument: a password that starts with "-" (a generated one does, one
+                    # time in 64) is not taken for an option.
+                    f"--password={passwords[name]}",
                     stdout=io.StringIO(),
                 )
         return passwords
