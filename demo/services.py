@@ -60,9 +60,14 @@ DOCUMENTS = [
 
 
 def seed(*, payments: int = 24) -> list[Payment]:
+    """`payments` new payments, each committing its receipt, webhook and search-index jobs;
+    every demo run seeds its own, so each run's outage has receipts to exhaust. The author's
+    wallet is topped up first when it could not pay for them all."""
     wallet, _ = Wallet.objects.get_or_create(
         owner="synthetic-author", defaults={"balance_cents": 1_000_000}
     )
+    needed = payments * max(price for _, _, price, _ in DOCUMENTS)
+    Wallet.objects.filter(pk=wallet.pk, balance_cents__lt=needed).update(balance_cents=needed)
     documents = [
         Document.objects.get_or_create(
             slug=slug, defaults={"title": title, "price_cents": price, "webhook_url": url}

@@ -1,5 +1,6 @@
-"""The demo's three job types: one that an outage can exhaust, one that is sometimes malformed
-(permanent), one that fails transiently at a configurable rate."""
+"""The demo's job types: one that an outage can exhaust, one that is sometimes malformed
+(permanent), one that fails transiently at a configurable rate, and a periodic tally of the
+receipts (its schedule is declared in demo/periodic.py)."""
 
 import os
 import random
@@ -43,3 +44,14 @@ def refresh_search_index(document_id: int):
     if random.random() < rate:
         raise TransientError(f"search index busy while refreshing document {document_id}")
     return {"indexed": document_id}
+
+
+@task
+def tally_receipts():
+    """How many payments have their receipt: during the outage the missing ones add up, after
+    the replay there are none."""
+    from demo.models import Payment, Receipt
+
+    payments = Payment.objects.count()
+    receipted = Receipt.objects.values("payment").distinct().count()
+    return {"payments": payments, "receipted": receipted, "missing": payments - receipted}

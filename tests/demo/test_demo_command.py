@@ -3,12 +3,14 @@ stops everything; `--fresh` starts from zero."""
 
 import contextlib
 import http.cookiejar
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,6 +19,8 @@ import pytest
 
 from demo.management.commands.demo import die_with_parent
 from tests.conftest import BASE_DIR, wait_until
+
+RECEIPTS = "demo.tasks.send_receipt"
 
 
 def free_port() -> int:
@@ -29,7 +33,7 @@ class Demo:
     """`manage.py demo` in a session of its own (so its whole process tree can be killed), with
     the death signal set: if pytest itself dies (a timeout's os._exit), the demo stops too."""
 
-    def __init__(self, var_dir: Path, *args, sigint_ignored=False):
+    def __init__(self, var_dir: Path, *args, sigint_ignored=False, password="demo-pass-1"):
         self.port = free_port()
         self.var_dir = var_dir
         # A fresh machine: no database URL, no SECRET_KEY (the demo makes its own under var/).
@@ -60,8 +64,7 @@ class Demo:
                     "demo",
                     "--port",
                     str(self.port),
-                    "--password",
-                    "demo-pass-1",
+                    *((f"--password={password}",) if password is not None else ()),
                     "--payments",
                     "4",
                     *args,
@@ -143,6 +146,30 @@ def logged_in_opener(base: str, username: str, password: str):
     return opener
 
 
+def manage(demo: Demo, *argv) -> str:
+    """A command's output against the demo's database (its var dir and key)."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv],
+        cwd=BASE_DIR,
+        env={**demo.env, "SECRET_KEY": (demo.var_dir / "secret_key").read_text().strip()},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def delivered(demo: Demo) -> list[str]:
+    """The receipt sink's lines, one per delivered receipt."""
+    return manage(demo, "fieldnotes", "receipts").splitlines()
+
+
+def dead_receipts(opener, base: str) -> list[str]:
+    """The ids of the receipts' dead letters, as the console lists them."""
+    listing = f"{base}/deadletters/list/?" + urllib.parse.urlencode({"job_type": RECEIPTS})
+    return re.findall(r'name="ids" value="(\d+)"', opener.open(listing).read().decode())
+
+
 def processes_with(var_dir: Path) -> list[int]:
     """Pids whose environment names `var_dir` as theirs: what a demo left running (zombies,
     whose environment is gone, are not running)."""
@@ -193,11 +220,22 @@ def test_demo_serves_dead_letters_from_its_workers_and_stops_cleanly(tmp_path, s
     again = start_demo("--outage", "0", "--fresh")
     try:
         assert "payments:  4 seeded now, 4 in all" in again.output()
+        wait_until(lambda: len(delivered(again)) == 4, timeout=60, message="four receipts")
     finally:
         assert again.stop() == 0
-    rerun = start_demo("--outage", "0")
+    # A second run keeps the data and seeds payments of its own, whose receipts meet its outage.
+    rerun = start_demo("--outage", "600")
     try:
-        assert "payments:  0 seeded now, 4 in all" in rerun.output()  # reuses the data
+        assert "payments:  4 seeded now, 8 in all" in rerun.output()
+        assert "workflows:" not in rerun.output()  # the onboardings are seeded once
+        base = f"http://127.0.0.1:{rerun.port}"
+        opener = logged_in_opener(base, "operator", "demo-pass-1")
+        wait_until(
+            lambda: len(dead_receipts(opener, base)) == 4,
+            timeout=90,
+            message="the second run's four receipts dead",
+        )
+        assert len(delivered(rerun)) == 4  # the first run's, delivered once, untouched
     finally:
         assert rerun.stop() == 0
     assert key_file.read_text() == key  # made once, kept (--fresh empties only the database)
@@ -210,7 +248,7 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
     the operator replays them from the console after it, and each payment gets one receipt."""
     demo = start_demo("--outage", "8", "--fresh")
     base = f"http://127.0.0.1:{demo.port}"
-    receipts = "demo.tasks.send_receipt"
+    receipts = RECEIPTS
     try:
         opener = logged_in_opener(base, "operator", "demo-pass-1")
         listing = f"{base}/deadletters/list/?" + urllib.parse.urlencode({"job_type": receipts})
@@ -220,6 +258,11 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
             message="receipt dead letters during the outage",
         )
         wait_until(lambda: "receipt service is back" in demo.output(), timeout=30, message="end")
+        # The sign-in comes again after the news, last on the screen.
+        after = demo.output().split("The receipt service is back", 1)[1]
+        assert f"  console:   {base}/deadletters/\n" in after
+        assert "  operator:  operator / demo-pass-1\n" in after
+        assert "  viewer:    viewer / demo-pass-1\n" in after
         page = opener.open(listing).read().decode()
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
         form = {"csrfmiddlewaretoken": token, "action": "replay", "select_all": "1"}
@@ -238,23 +281,33 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
         )
         assert "/runs/" in run.url, run.read().decode()[:2000]
 
-        def delivered():
-            out = subprocess.run(
-                [sys.executable, "manage.py", "fieldnotes", "receipts"],
-                cwd=BASE_DIR,
-                env={
-                    **demo.env,
-                    "REDRIVE_VAR_DIR": str(tmp_path),
-                    "SECRET_KEY": (tmp_path / "secret_key").read_text().strip(),
-                },
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            return out.splitlines()
-
-        wait_until(lambda: len(delivered()) == 4, timeout=60, message="four receipts")
-        assert len(set(delivered())) == 4
+        wait_until(lambda: len(delivered(demo)) == 4, timeout=60, message="four receipts")
+        assert len(set(delivered(demo))) == 4
+        # The demo's schedule ticks in its workers, and the Schedules page shows it.
+        assert "  schedule:  demo-receipt-tally tallies the receipts every 30 s" in demo.output()
+        tally = wait_until(
+            lambda: next(
+                (
+                    row
+                    for row in json.loads(manage(demo, "schedules", "list", "--json"))
+                    if row["name"] == "demo-receipt-tally" and row["last_state"] == "done"
+                ),
+                None,
+            ),
+            timeout=45,
+            message="a tally done",
+        )
+        assert (tally["task"], tally["cron"], tally["overlap"]) == (
+            "demo.tasks.tally_receipts",
+            "* * * * * */30",
+            False,
+        )
+        page = opener.open(f"{base}/deadletters/schedules/").read().decode()
+        row = re.search(rf'<tr id="schedule-{tally["id"]}">(.*?)</tr>', page, re.S).group(1)
+        assert "<td>demo-receipt-tally " in row
+        assert "<td><code>demo.tasks.tally_receipts</code></td>" in row
+        job = opener.open(f"{base}/deadletters/jobs/{tally['last_job_id']}/").read().decode()
+        assert "demo.tasks.tally_receipts" in job
         audit = opener.open(f"{base}/deadletters/audit/").read().decode()
         # The run's row, by its reason; its Operator cell (every page names who is logged in).
         row = re.search(r"<tr>((?!</tr>).)*>receipt service is back<.*?</tr>", audit, re.S)
@@ -326,3 +379,96 @@ def test_demo_refuses_to_empty_a_server_database_and_a_bad_rate(tmp_path):
     assert "Traceback" not in server.stderr
     rate = demo("--flaky-rate", "2")
     assert rate.returncode == 2 and "--flaky-rate must be between 0 and 1" in rate.stderr
+    payments = demo("--payments", "-1")
+    assert payments.returncode == 2 and "--payments must be 0 or more" in payments.stderr
+    password = demo("--password", " ")
+    assert password.returncode == 2 and "--password must not be empty" in password.stderr
+    assert "Traceback" not in rate.stderr + payments.stderr + password.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def signed_in(base: str, username: str, password: str) -> bool:
+    """Whether the console's overview opens for `username` with `password` (a refused login
+    lands back on the login form)."""
+    page = logged_in_opener(base, username, password).open(f"{base}/deadletters/")
+    return "/accounts/login/" not in page.url and f"<span>{username}</span>" in page.read().decode()
+
+
+def banner_password(demo: Demo, username: str) -> str:
+    return re.search(rf"^  \w+: +{username} / (\S+)$", demo.output(), re.M).group(1)
+
+
+def test_the_accounts_keep_their_passwords_across_runs_and_password_sets_both(tmp_path, start_demo):
+    first = start_demo("--outage", "0", "--fresh", "--workers", "0", password=None)
+    try:
+        operator, viewer = banner_password(first, "operator"), banner_password(first, "viewer")
+        assert operator != viewer and len(operator) >= 12
+    finally:
+        assert first.stop() == 0
+    kept = tmp_path / "demo-passwords.json"
+    assert kept.stat().st_mode & 0o777 == 0o600
+
+    second = start_demo("--outage", "0", "--workers", "0", password=None)
+    try:
+        assert (banner_password(second, "operator"), banner_password(second, "viewer")) == (
+            operator,
+            viewer,
+        )
+        base = f"http://127.0.0.1:{second.port}"
+        assert signed_in(base, "operator", operator) and signed_in(base, "viewer", viewer)
+        assert not signed_in(base, "viewer", operator)
+    finally:
+        assert second.stop() == 0
+
+    # One that starts with "-", as a generated one may: it is a password, not an option.
+    chosen = start_demo("--outage", "0", "--fresh", "--workers", "0", password="-chosen-pass-7")
+    try:
+        base = f"http://127.0.0.1:{chosen.port}"
+        assert banner_password(chosen, "operator") == banner_password(chosen, "viewer")
+        assert banner_password(chosen, "operator") == "-chosen-pass-7"
+        assert signed_in(base, "operator", "-chosen-pass-7")
+        assert not signed_in(base, "operator", operator)
+    finally:
+        assert chosen.stop() == 0
+
+    # --fresh empties the database, not the kept passwords: the accounts come back with them.
+    later = start_demo("--outage", "0", "--fresh", "--workers", "0", password=None)
+    try:
+        assert banner_password(later, "viewer") == "-chosen-pass-7"
+        assert signed_in(f"http://127.0.0.1:{later.port}", "viewer", "-chosen-pass-7")
+    finally:
+        assert later.stop() == 0
+
+
+def test_the_request_log_shows_only_errors_unless_verbose(start_demo):
+    quiet = start_demo("--outage", "0", "--fresh", "--workers", "0")
+    base = f"http://127.0.0.1:{quiet.port}"
+    try:
+        assert "  requests:  only errors logged (--verbose: all)\n" in quiet.output()
+        opener = logged_in_opener(base, "operator", "demo-pass-1")
+        assert opener.open(f"{base}/deadletters/").status == 200
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            opener.open(f"{base}/deadletters/no-such-page/")
+        assert missing.value.code == 404
+        wait_until(
+            lambda: '"GET /deadletters/no-such-page/ HTTP/1.1" 404' in quiet.output(),
+            message="the 404 logged",
+        )
+    finally:
+        assert quiet.stop() == 0
+    # Logged or not by the time the 404 was: the requests before it went unlogged.
+    assert '"GET /deadletters/ HTTP/1.1"' not in quiet.output()
+    assert '"POST /accounts/login/ HTTP/1.1"' not in quiet.output()
+
+    verbose = start_demo("--outage", "0", "--workers", "0", "--verbose")
+    base = f"http://127.0.0.1:{verbose.port}"
+    try:
+        assert "  requests:  every one logged\n" in verbose.output()
+        logged_in_opener(base, "operator", "demo-pass-1").open(f"{base}/deadletters/")
+        wait_until(
+            lambda: '"GET /deadletters/ HTTP/1.1" 200' in verbose.output(),
+            message="the overview's request logged",
+        )
+        assert '"POST /accounts/login/ HTTP/1.1" 302' in verbose.output()
+    finally:
+        assert verbose.stop() == 0

@@ -3,6 +3,7 @@
 import contextlib
 import ctypes
 import io
+import json
 import os
 import secrets
 import signal
@@ -24,10 +25,13 @@ from django.db import connections
 
 from config import secret_key
 from deadletters import django_q2_bridge as q2_bridge
-from demo import onboarding, services
+from demo import onboarding, periodic, services
 from demo.models import Payment
+from jobqueue import schedules
+from jobqueue.models import Workflow
 
 ACCOUNTS = (("operator", "operator"), ("viewer", "viewer"))
+PASSWORDS_FILE = "demo-passwords.json"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_GRACE = 20.0  # seconds the children get to drain before they are killed
 
@@ -77,7 +81,10 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument(
-            "--password", default=None, help="Password for both demo accounts (default: generated)."
+            "--password",
+            default=None,
+            help="Password for both demo accounts, kept for later runs (default: one generated "
+            "per account on the first run and kept in var/demo-passwords.json).",
         )
         parser.add_argument(
             "--outage",
@@ -90,7 +97,7 @@ class Command(BaseCommand):
             "--payments",
             type=int,
             default=24,
-            help="Payments seeded on a fresh database (default 24).",
+            help="Payments seeded by this run, whose receipts meet its outage (default 24).",
         )
         parser.add_argument("--workers", type=int, default=2, help="Worker processes (default 2).")
         parser.add_argument(
@@ -103,30 +110,42 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fresh", action="store_true", help="Start from an empty (SQLite) database."
         )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="Log every request (by default only errors: the console polls every second).",
+        )
 
     def handle(self, *args, **opts):
+        rate = opts["flaky_rate"]
+        if rate is not None and not 0 <= rate <= 1:
+            raise CommandError("--flaky-rate must be between 0 and 1", returncode=2)
+        if opts["payments"] < 0:
+            raise CommandError("--payments must be 0 or more", returncode=2)
+        if opts["password"] is not None and not opts["password"].strip():
+            raise CommandError("--password must not be empty", returncode=2)
         self.use_own_secret_key()
         self.check()
-        rate = opts["flaky_rate"]
         if rate is not None:
-            if not 0 <= rate <= 1:
-                raise CommandError("--flaky-rate must be between 0 and 1", returncode=2)
             os.environ["DEMO_FLAKY_RATE"] = str(rate)  # read by the task in the worker processes
         if opts["fresh"]:
             self.wipe()
         call_command("migrate", verbosity=0)
         passwords = self.accounts(opts["password"])
-        seeded, workflows = 0, []
-        if not Payment.objects.exists():
-            seeded = len(services.seed(payments=opts["payments"]))
-            workflows = onboarding.seed()
+        # The onboardings once per database; payments on every run, for this run's outage.
+        first = not (Payment.objects.exists() or Workflow.objects.exists())
+        workflows = onboarding.seed() if first else []
+        seeded = len(services.seed(payments=opts["payments"]))
+        periodic.declare()
+        schedules.sync()
         connections.close_all()
 
         # Bind first: a port in use is a clear error before anything else starts.
         try:
-            server = DemoServer((opts["host"], opts["port"]), WSGIRequestHandler)
+            server = DemoServer((opts["host"], opts["port"]), DemoRequestHandler)
         except OSError as exc:
             raise CommandError(f"cannot listen on {opts['host']}:{opts['port']}: {exc}") from exc
+        server.log_requests = opts["verbose"]
         server.set_app(StaticFilesHandler(get_wsgi_application()))
         log_path = Path(settings.VAR_DIR) / "demo-workers.log"
         workers: list[subprocess.Popen] = []
@@ -161,11 +180,13 @@ class Command(BaseCommand):
     def announce(self, opts, passwords, seeded, workflows, runworkers, log_path, outage):
         url = f"http://{opts['host']}:{opts['port']}/deadletters/"
         database = connections["default"].settings_dict["NAME"]
+        self.reminder = self.credentials(url, passwords)
         lines = [
             f"Redrive demo on {connections['default'].vendor} ({database})",
-            f"  console:   {url}",
-            *(f"  {role + ':':<10} {name} / {passwords[name]}" for name, role in ACCOUNTS),
+            *self.reminder,
             f"  payments:  {seeded} seeded now, {Payment.objects.count()} in all",
+            f"  schedule:  {periodic.RECEIPT_TALLY} tallies the receipts every {periodic.EVERY} s "
+            f"(demo.tasks.tally_receipts): {url}schedules/",
         ]
         if workflows:
             lines.append(
@@ -188,10 +209,20 @@ class Command(BaseCommand):
             f"  workers:   {runworkers} x runworker"
             f"{' + qcluster (django-q2 bridge on)' if q2_bridge.enabled() else ''}"
             f" (log: {log_path})",
+            "  requests:  "
+            + ("every one logged" if opts["verbose"] else "only errors logged (--verbose: all)"),
             "Ctrl-C stops the server and drains the workers.",
         ]
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
+
+    @staticmethod
+    def credentials(url, passwords):
+        """The banner's lines that sign a newcomer in: the address and each account."""
+        return [
+            f"  console:   {url}",
+            *(f"  {role + ':':<10} {name} / {passwords[name]}" for name, role in ACCOUNTS),
+        ]
 
     def wipe(self):
         """Delete the embedded database's file. Never empties a server database: DATABASE_URL
@@ -210,9 +241,16 @@ class Command(BaseCommand):
             path.unlink(missing_ok=True)
 
     def accounts(self, password):
-        passwords = {}
+        """Each account with its password set: `password` for both when given, else the one
+        kept from an earlier run, else a new one; what is used is kept for the next run (in
+        var/, mode 0600, as the secret key), so a browser's saved login keeps working."""
+        kept = self.kept_passwords()
+        passwords = {
+            name: password or kept.get(name) or secrets.token_urlsafe(9) for name, _ in ACCOUNTS
+        }
+        if passwords != kept:
+            self.keep_passwords(passwords)
         for name, role in ACCOUNTS:
-            passwords[name] = password or secrets.token_urlsafe(9)
             if get_user_model().objects.filter(username=name).exists():
                 user = get_user_model().objects.get(username=name)
                 user.set_password(passwords[name])
@@ -223,11 +261,34 @@ class Command(BaseCommand):
                     name,
                     "--role",
                     role,
-                    "--password",
-                    passwords[name],
+                    # One argument: a password that starts with "-" (a generated one does, one
+                    # time in 64) is not taken for an option.
+                    f"--password={passwords[name]}",
                     stdout=io.StringIO(),
                 )
         return passwords
+
+    @staticmethod
+    def passwords_path() -> Path:
+        return Path(settings.VAR_DIR) / PASSWORDS_FILE
+
+    def kept_passwords(self) -> dict:
+        """The passwords an earlier run kept; none when the file is missing or not ours."""
+        try:
+            kept = json.loads(self.passwords_path().read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(kept, dict):
+            return {}
+        return {name: kept[name] for name, _ in ACCOUNTS if isinstance(kept.get(name), str)}
+
+    def keep_passwords(self, passwords):
+        path = self.passwords_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            json.dump(passwords, file)
+        path.chmod(0o600)  # an older file keeps its mode through O_CREAT
 
     def start_workers(self, workers, count, log_path):
         """Append each started worker to `workers` at once, so an interrupt stops every one."""
@@ -313,7 +374,15 @@ class Command(BaseCommand):
         self.stdout.write("Stopped.")
 
     def outage_over(self):
-        self.stdout.write("The receipt service is back: replay the dead receipts from the console.")
+        # The sign-in again: with --verbose, the banner is far up the screen by now.
+        self.stdout.write(
+            "\n".join(
+                [
+                    "The receipt service is back: replay the dead receipts from the console.",
+                    *self.reminder,
+                ]
+            )
+        )
         self.stdout.flush()
 
 
@@ -321,3 +390,16 @@ class DemoServer(socketserver.ThreadingMixIn, WSGIServer):
     """Django's development server class, threaded, as `runserver` builds it."""
 
     daemon_threads = True
+    log_requests = False
+
+
+class DemoRequestHandler(WSGIRequestHandler):
+    """The development server's handler, quiet about requests that succeeded unless the server
+    logs requests (--verbose): the console polls every second, and a line per poll pushed the
+    banner with the accounts off the screen (413 lines in 12 minutes). Client and server
+    errors are still logged."""
+
+    def log_request(self, code="-", size="-"):
+        status = str(getattr(code, "value", code))
+        if self.server.log_requests or not (status.isdigit() and int(status) < 400):
+            super().log_request(code, size)
