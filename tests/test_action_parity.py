@@ -17,13 +17,20 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from deadletters import actions
+from deadletters import actions, tokens
 from deadletters.models import RunState
 from jobqueue import store
 from jobqueue.models import AuditEntry, WorkerRecord, Workflow
+from tests.api.conftest import api_as
 from tests.cli import run
 from tests.deadletters.conftest import user_with_role
-from tests.factories import DeadLetterFactory, JobFactory, ReplayRunFactory, SelectionFactory
+from tests.factories import (
+    DeadLetterFactory,
+    JobFactory,
+    ReplayRunFactory,
+    SelectionFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -194,6 +201,20 @@ def worker_verb(verb):
     return make
 
 
+def token_create():
+    return Scenario(
+        {"name": "deploy script", "scopes": ["read", "act"], "days": "30"},
+        reverse("deadletters:tokens"),
+        role="viewer",  # any console user makes their own
+    )
+
+
+def token_revoke():
+    owner = user_with_role("operator", "ana")
+    pk = tokens.create(owner, name="old laptop", channel="code").token.pk
+    return Scenario({"token": pk}, reverse("deadletters:token-revoke", args=[pk]))
+
+
 SCENARIOS = {
     "queue.pause": queue_pause,
     "queue.resume": queue_resume,
@@ -218,6 +239,8 @@ SCENARIOS = {
     "workflow.signal": workflow_signal,
     "worker.quiet": worker_verb("quiet"),
     "worker.stop": worker_verb("stop"),
+    "token.create": token_create,
+    "token.revoke": token_revoke,
 }
 # Actions whose console is not a form posting the registry's fields (the API's token pages).
 CONSOLE_ELSEWHERE: set[str] = set()
@@ -245,8 +268,23 @@ def last_entry() -> int:
 def cli_args(name: str, values: dict) -> list[str]:
     args = []
     for key, value in values.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
+        many = value if isinstance(value, list) else [value]
+        args += [f"--{key.replace('_', '-')}", *(str(v) for v in many)]
     return args
+
+
+def api_body(values: dict) -> dict:
+    """The scenario's input as a script sends it: JSON, ids as a list of numbers."""
+    return {key: [value] if key == "ids" else value for key, value in values.items()}
+
+
+def via_api(api, name, scenario: Scenario):
+    if actions.get(name).bulk:
+        frozen = api.post(f"actions/{name}", api_body(scenario.select))
+        if frozen.status_code != 201:
+            return frozen
+        return api.post(f"selections/{frozen.json()['selection']}/confirm", scenario.data)
+    return api.post(f"actions/{name}", api_body(scenario.data))
 
 
 def via_console(client, name, scenario: Scenario):
@@ -297,12 +335,46 @@ def test_each_action_through_the_command_line_writes_one_audit_entry(name):
     assert new_entries(since) == [(actions.get(name).audit_action, "cli")]
 
 
+ON_THE_API = sorted(name for name in SCENARIOS if actions.get(name).api)
+
+
+@pytest.mark.parametrize("name", ON_THE_API)
+def test_each_action_through_the_api_writes_one_audit_entry_naming_its_token(name):
+    scenario = SCENARIOS[name]()
+    user = user_with_role(scenario.role, "ana")
+    api = api_as(user)  # its token's making is an entry of its own, before `since`
+    since = last_entry()
+    response = via_api(api, name, scenario)
+    assert response.status_code in (200, 201), response.content
+    assert new_entries(since) == [(actions.get(name).audit_action, "api")]
+    assert AuditEntry.objects.get(id__gt=since).token == api.token.label
+
+
+def test_making_a_token_is_not_offered_to_a_token():
+    api = api_as(user_with_role("operator", "ana"))
+    api.get("actions")  # used once: its last use is written once a minute at most
+    before = snapshot()
+    response = api.post("actions/token.create", {"name": "x", "scopes": ["act"]})
+    assert response.status_code == 404
+    assert snapshot() == before
+
+
+def _refused_user(name):
+    """One who may look but not do `name`; for an action any console user may do (their own
+    tokens), one who may not even look."""
+    if actions.get(name).permissions or name == "token.revoke":
+        return user_with_role("viewer", "vera")
+    return UserFactory(username="vera")
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_each_action_is_refused_without_its_permission_and_writes_nothing(name):
     scenario = SCENARIOS[name]()
-    viewer = user_with_role("viewer", "vera")  # may look, may not act
+    viewer = _refused_user(name)
     client = Client()
     client.force_login(viewer)
+    refused_api = api_as(viewer)  # made before the snapshot: its making is no write of the call
+    refused_api.get("actions")  # and used: a token's last use is written once a minute at most
     before = snapshot()
     response = via_console(client, name, scenario)
     assert response.status_code == 403
@@ -310,3 +382,6 @@ def test_each_action_is_refused_without_its_permission_and_writes_nothing(name):
     result = via_cli("vera", name, scenario)
     assert result.code == 2 and "Not allowed: this needs the permission" in result.err
     assert snapshot() == before
+    if actions.get(name).api:
+        assert via_api(refused_api, name, scenario).status_code == 403
+        assert snapshot() == before
