@@ -1,5 +1,6 @@
 """Console speed at 1,000,000 dead letters over 20 job types, the jobs browser at 1,000,000
-jobs, and the timing pages over a week of timing rollups (PostgreSQL).
+jobs, the JSON API's list endpoints beside the console pages, and the timing pages over a week
+of timing rollups (PostgreSQL).
 
     uv run python bench/console.py [--rows 1000000] [--keep] [--timing-only]
 
@@ -205,9 +206,9 @@ def run(args):
             [job_type, per_type * 9 // 10],
         )
         deep_at, deep_id = cursor.fetchone()
-    from deadletters.selectors import encode_cursor
+    from deadletters.selectors import LETTERS
 
-    deep_cursor = encode_cursor(DeadLetter(pk=deep_id, dead_lettered_at=deep_at))
+    deep_cursor = LETTERS.encode(DeadLetter(pk=deep_id, dead_lettered_at=deep_at))
     letter_id = pending.order_by("-id").values_list("id", flat=True)[0]
     cause = pending.values_list("fingerprint", flat=True).first()
 
@@ -405,6 +406,7 @@ def run(args):
     print(f"{'PASS' if run_seconds < 30 else 'MISS'}  a {args.replay:,}-item replay run under 30 s")
     if args.jobs:
         jobs_browser(args, client)
+        api_lists(user, client, job_type)
     timing_pages(args, client)
 
 
@@ -502,6 +504,61 @@ def jobs_browser(args, client):
         print(f"{name:<58} {page_ms:>9.1f} {base_ms:>9.2f} {page_ms / base_ms:>6.1f}")
     print(
         f"{'PASS' if slowest < 100 else 'MISS'}  every jobs-browser page under 100 ms "
+        f"(slowest {slowest:.1f})"
+    )
+
+
+def api_lists(user, console, job_type):
+    """The JSON API's list endpoints (issue 31), each beside the console page that lists the same
+    rows, measured in the same run with a bearer token as a script sends it."""
+    from django.test import Client
+
+    from deadletters import tokens
+
+    made = tokens.create(user, name="bench", scopes="read,act", channel="code")
+    api = Client(headers={"Authorization": f"Bearer {made.text}"})
+
+    def get(client, url, **params):
+        def call():
+            response = client.get(url, params)
+            assert response.status_code == 200, (url, response.status_code, response.content[:200])
+
+        return call
+
+    cases = [
+        ("letters by type", "/api/letters/types", {}, "/deadletters/", {}),
+        (
+            f"letters of {job_type}, pending",
+            "/api/letters",
+            {"job_type": job_type, "state": "pending"},
+            "/deadletters/list/",
+            {"job_type": job_type, "state": "pending"},
+        ),
+        (
+            f"causes of {job_type}",
+            "/api/letters/causes",
+            {"job_type": job_type},
+            "/deadletters/list/",
+            {"job_type": job_type},
+        ),
+        ("jobs, all states", "/api/jobs", {}, "/deadletters/jobs/", {}),
+        ("jobs, done", "/api/jobs", {"state": "done"}, "/deadletters/jobs/", {"state": "done"}),
+        ("jobs, dead", "/api/jobs", {"state": "dead"}, "/deadletters/jobs/", {"state": "dead"}),
+        ("replay runs", "/api/runs", {}, "/deadletters/audit/", {}),
+        ("audit log", "/api/audit", {}, "/deadletters/audit/", {}),
+        ("workflows", "/api/workflows", {}, "/deadletters/workflows/", {}),
+        ("schedules", "/api/schedules", {}, "/deadletters/schedules/", {}),
+    ]
+    print(f"\nthe JSON API, server time, median of {REPEAT} (ms)")
+    print(f"{'endpoint':<58} {'api':>9} {'console':>9} {'ratio':>6}")
+    slowest = 0.0
+    for name, url, params, page, page_params in cases:
+        api_ms = median_ms(get(api, url, **params))
+        page_ms = median_ms(get(console, page, **page_params))
+        slowest = max(slowest, api_ms)
+        print(f"{name:<58} {api_ms:>9.1f} {page_ms:>9.1f} {api_ms / page_ms:>6.2f}")
+    print(
+        f"{'PASS' if slowest < 100 else 'MISS'}  every API list endpoint under 100 ms "
         f"(slowest {slowest:.1f})"
     )
 
