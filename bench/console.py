@@ -493,6 +493,8 @@ def jobs_browser(args, client):
             ),
         ),
         (f"job #{dead_id}", get(f"/deadletters/jobs/{dead_id}/"), sql("id = %s", [dead_id])),
+        # Fetched by the page once shown (it does not hold the page back).
+        ("jobs, the tabs' counts", get("/deadletters/jobs/counts/"), sql(ready)),
     ]
     print(f"{'page':<58} {'console':>9} {'baseline':>9} {'ratio':>6}")
     slowest = triage = 0.0

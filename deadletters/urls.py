@@ -54,6 +54,7 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("audit/export/", views.audit_export, name="audit-export"),
     path("jobs/", views.job_list, name="jobs"),
+    path("jobs/counts/", views.job_counts, name="job-counts"),
     path("jobs/<row_id:pk>/", views.job_detail, name="job"),
     path("jobs/<row_id:pk>/act/", views.job_act, name="job-act"),
     path("jobs/preview/", views.job_preview, name="job-preview"),

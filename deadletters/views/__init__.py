@@ -16,7 +16,7 @@ from .base import (
     require,
     whole_page,
 )
-from .jobs import job_act, job_detail, job_list
+from .jobs import job_act, job_counts, job_detail, job_list
 from .letters import (
     edit_letter,
     export,
@@ -45,6 +45,7 @@ __all__ = [
     "favicon",
     "job_act",
     "job_confirm",
+    "job_counts",
     "job_detail",
     "job_list",
     "job_preview",

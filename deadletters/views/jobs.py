@@ -22,7 +22,6 @@ from .base import (
     console_view,
     filter_for,
     render_page,
-    whole_page,
 )
 
 JOB_GONE = "Finished jobs may have been pruned, or the link has a typo."
@@ -57,8 +56,13 @@ def job_list(request):
         "states": jobs.STATES,
         "now": timezone.now(),
         "can_act": request.user.has_perm(ACT_ON_JOB),
-        # The tabs with their counts, on a whole page only: a pager's swap leaves the tabs.
-        "tabs": _tabs(backend) if whole_page(request) else [],
+        # The tabs; their counts come in a request of their own once the page is shown
+        # (job_counts), so counting the live jobs never holds the page back.
+        "tabs": [(value, label, None, False) for value, label in jobs.STATES.items()],
+        "current_state": form.cleaned_data.get("state", ""),
+        "tabs_query": urlencode(
+            [*backend_echo(backend), ("state", form.cleaned_data.get("state") or "")]
+        ),
         # Nothing to select on a tab of jobs that can no longer change (done, dead, running).
         "can_select": request.user.has_perm(ACT_ON_JOB)
         and (not form.cleaned_data.get("state") or form.cleaned_data["state"] in jobs.WAITING),
@@ -76,13 +80,26 @@ def job_list(request):
     return render_page(request, "deadletters/jobs.html", "job-results", context)
 
 
-def _tabs(backend) -> list[tuple[str, str, int | None, bool]]:
-    """Each state's tab: its value, label, count (None where no index reaches it: done,
-    cancelled) and whether there are more than counted."""
+@require_GET
+@console_view
+def job_counts(request):
+    """The jobs browser's state tabs with how many jobs each holds where an index reaches them
+    (None for done and cancelled: that would read every finished job), and whether there are
+    more than counted; fetched by the page once it is shown."""
+    backend = backend_named(request.GET.get("backend"))
+    state = request.GET.get("state", "")
     counts = health.state_counts(timezone.now(), backend.database)
-    return [
-        (value, label, *counts.get(value, (None, False))) for value, label in jobs.STATES.items()
-    ]
+    context = {
+        "tabs": [
+            (value, label, *counts.get(value, (None, False)))
+            for value, label in jobs.STATES.items()
+        ],
+        "counted": True,
+        "current_state": state if state in jobs.STATES else "",
+        "backend": backend,
+        "job_query": databases.query(backend),
+    }
+    return render(request, "deadletters/jobs.html#state-tabs", context)
 
 
 @require_GET

@@ -158,6 +158,7 @@ ENDPOINTS = {
         "health/workers/",
     ),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
+    "job-counts": (["GET"], ["backend", "state"], "jobs/counts/"),
     "job": (["GET"], [], "jobs/{job}/"),
     "job-act": (["POST"], ["action", *actions.JobForm.base_fields], "jobs/{job}/act/"),
     "job-preview": (["POST"], list(JobSelectionForm.base_fields), "jobs/preview/"),

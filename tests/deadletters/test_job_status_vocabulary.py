@@ -104,7 +104,7 @@ def test_the_jobs_browser_and_the_jobs_command_list_each_status_alike(
 def test_the_jobs_browsers_tabs_count_each_status_as_the_health_page_does(
     every_status, viewer_client
 ):
-    tabs = viewer_client.get("/deadletters/jobs/").context["tabs"]
+    tabs = viewer_client.get("/deadletters/jobs/counts/").context["tabs"]
     counted = {value: count for value, _, count, _ in tabs if count is not None}
     expected = {s.value: BUILT[s] for s in (*UNFINISHED, JobStatus.DEAD)}
     assert counted == expected

@@ -227,7 +227,13 @@ def test_each_tab_counts_its_jobs_where_an_index_reaches_them(operator_client):
     JobFactory.create_batch(3, state=JobState.DEAD, finished_at=now)
     JobFactory(state=JobState.DONE, finished_at=now)
     page = operator_client.get("/deadletters/jobs/").content.decode()
-    nav = page.split('<nav class="state-tabs"', 1)[1].split("</nav>", 1)[0]
+    # The page shows the tabs at once and asks for their counts once it is shown.
+    assert 'hx-get="/deadletters/jobs/counts/?state=" hx-trigger="load"' in page
+    counts = operator_client.get(
+        "/deadletters/jobs/counts/", {"state": ""}, headers={"HX-Request": "true"}
+    )
+    nav = counts.content.decode().split('<nav class="state-tabs"', 1)[1].split("</nav>", 1)[0]
+    assert "hx-get" not in nav  # counted: it asks no more
     tabs = dict(
         re.findall(r'state=(\w+)"[^>]*>[^<]*(?:<span class="count">([0-9]+\+?)</span>)?', nav)
     )
