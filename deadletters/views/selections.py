@@ -64,6 +64,18 @@ def _own_selection(request, pk, kind=Selection.Kind.LETTERS):
     return selection
 
 
+def _confirmed(request, selection, form):
+    """Confirm `selection` with the POSTed reason (actions.confirm): its outcome, or None with
+    `form` holding why not, its messages beside their fields as every channel words them."""
+    try:
+        return actions.confirm(selection.pk, user=request.user, channel=CONSOLE, data=request.POST)
+    except (actions.Invalid, actions.Conflict) as exc:
+        form.is_valid()
+        if isinstance(exc, actions.Conflict):
+            form.add_error(None, str(exc))
+        return None
+
+
 @require_http_methods(["GET", "POST"])
 @console_view
 def confirm(request, pk):
@@ -73,18 +85,8 @@ def confirm(request, pk):
         return redirect("deadletters:run", pk=selection.run.pk)
     may_poison = request.user.has_perm(POISON)
     form = ConfirmForm(request.POST or None)
-    if request.method == "POST":
-        try:
-            outcome = actions.confirm(
-                selection.pk, user=request.user, channel=CONSOLE, data=request.POST
-            )
-        except actions.Invalid:
-            form.is_valid()  # the same messages, beside their fields
-        except actions.Conflict as exc:
-            form.is_valid()
-            form.add_error(None, str(exc))
-        else:
-            return redirect("deadletters:run", pk=outcome.data["run"])
+    if request.method == "POST" and (outcome := _confirmed(request, selection, form)):
+        return redirect("deadletters:run", pk=outcome.data["run"])
     allow_poisoned = may_poison and form.data.get("allow_poisoned") in ("on", "true", "1")
     context = {
         "selection": selection,
@@ -141,20 +143,14 @@ def job_confirm(request, pk):
     database = selection.database
     backend = databases.of_database(database)
     form = JobConfirmForm(request.POST or None)
-    if request.method == "POST" and selection.applied_at is None:
-        try:
-            outcome = actions.confirm(
-                selection.pk, user=request.user, channel=CONSOLE, data=request.POST
-            )
-        except actions.Invalid:
-            form.is_valid()  # the same messages, beside their fields
-        except actions.Conflict as exc:
-            form.is_valid()
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, outcome.message)
-            # The selection's page, which now says what was done (as a replay's run page).
-            return redirect("deadletters:job-confirm", pk=selection.pk)
+    if (
+        request.method == "POST"
+        and selection.applied_at is None
+        and (outcome := _confirmed(request, selection, form))
+    ):
+        messages.success(request, outcome.message)
+        # The selection's page, which now says what was done (as a replay's run page).
+        return redirect("deadletters:job-confirm", pk=selection.pk)
     back_filter = backend_echo(backend) + list((selection.filter or {}).items())
     context = {
         "selection": selection,
