@@ -178,25 +178,37 @@ def scheduling(now: datetime, using: str = "default") -> dict[str, int]:
 COUNT_CAP = 10_000
 
 
+def live_counts(now: datetime, using: str = "default", by: tuple[str, ...] = ()):
+    """The live jobs counted per state (ready, scheduled, retrying, running, expired), grouped
+    `by` the given columns or in all: one dict per group, from the claim's partial indexes only.
+    Ready jobs come in two halves, each matching one of the claim's two partial indexes: "state
+    is ready" alone matches neither, and was a scan of every finished job in the table."""
+
+    def grouped(jobs, measures):
+        if by:
+            yield from jobs.values(*by).annotate(**measures)
+        else:
+            yield jobs.aggregate(**measures)
+
+    jobs = Job.objects.using(using)
+    for keyed in (False, True):
+        measures = {s.value: Count("id", filter=s.q(now)) for s in WAITING}
+        if by:
+            measures["oldest"] = Min("run_after", filter=Q(run_after__lte=now))
+        ready = jobs.filter(state=JobState.READY, concurrency_key__isnull=not keyed)
+        yield from grouped(ready, measures)
+    running = jobs.filter(state=JobState.RUNNING)
+    yield from grouped(running, {s.value: Count("id", filter=s.q(now)) for s in LEASED})
+
+
 def state_counts(now: datetime, using: str = "default") -> dict[str, tuple[int, bool]]:
     """How many jobs are in each state that an index reaches (the live ones and the dead), as
     (count, more than that): the jobs browser's tabs. Done and cancelled jobs have no index of
     their own and are not counted (a count would read every finished job)."""
     counts = dict.fromkeys([s.value for s in WAITING + LEASED], 0)
-    for keyed in (False, True):  # the claim's two partial indexes, as snapshot reads them
-        found = (
-            Job.objects.using(using)
-            .filter(state=JobState.READY, concurrency_key__isnull=not keyed)
-            .aggregate(**{s.value: Count("id", filter=s.q(now)) for s in WAITING})
-        )
+    for found in live_counts(now, using):
         for name, n in found.items():
             counts[name] += n or 0
-    found = (
-        Job.objects.using(using)
-        .filter(state=JobState.RUNNING)
-        .aggregate(**{s.value: Count("id", filter=s.q(now)) for s in LEASED})
-    )
-    counts.update({name: n or 0 for name, n in found.items()})
     dead = Job.objects.using(using).filter(state=JobState.DEAD).order_by("id")[: COUNT_CAP + 1]
     counted = {name: (n, False) for name, n in counts.items()}
     n = dead.count()
@@ -219,33 +231,15 @@ def snapshot(
             rows[queue, task] = Row(queue=queue, task=task)
         return rows[queue, task]
 
-    # Ready jobs in two halves, each matching one of the claim's partial indexes: "state is
-    # ready" alone matches neither, and was a scan of every finished job in the table.
-    for keyed in (False, True):
-        for r in (
-            Job.objects.using(using)
-            .filter(state=JobState.READY, concurrency_key__isnull=not keyed)
-            .values("queue_name", "task_path")
-            .annotate(
-                **{s.value: Count("id", filter=s.q(now)) for s in WAITING},
-                oldest=Min("run_after", filter=Q(run_after__lte=now)),
-            )
-        ):
-            target = row(r["queue_name"], r["task_path"])
-            target.ready += r["ready"]
-            target.scheduled += r["scheduled"]
-            target.retrying += r["retrying"]
-            if r["oldest"]:
-                age = max(0.0, (now - r["oldest"]).total_seconds())
-                target.oldest_ready_age = max(target.oldest_ready_age, age)
-    for r in (
-        Job.objects.using(using)
-        .filter(state=JobState.RUNNING)
-        .values("queue_name", "task_path")
-        .annotate(**{s.value: Count("id", filter=s.q(now)) for s in LEASED})
-    ):
+    live = tuple(s.value for s in WAITING + LEASED)
+    for r in live_counts(now, using, by=("queue_name", "task_path")):
         target = row(r["queue_name"], r["task_path"])
-        target.running, target.expired = r["running"], r["expired"]
+        for name in live:
+            if name in r:
+                setattr(target, name, getattr(target, name) + r[name])
+        if r.get("oldest"):
+            age = max(0.0, (now - r["oldest"]).total_seconds())
+            target.oldest_ready_age = max(target.oldest_ready_age, age)
     for (queue, task), n in count_dead_letters(using).items():
         row(queue, task).dead_letters = n
 
