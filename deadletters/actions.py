@@ -399,6 +399,12 @@ class LetterForm(forms.Form):
     letter = IdField()
 
 
+class RevealForm(LetterForm):
+    # The edit form's reveal is recorded as such: it is the one that lets masked values be
+    # typed back in (an edit that replaces a mask needs a reveal of the letter first).
+    for_edit = forms.BooleanField(required=False)
+
+
 class EditReplayForm(EditForm):
     letter = IdField()
 
@@ -724,7 +730,8 @@ def _reveal(actor: Actor, cleaned) -> Outcome:
     backend, letter = _letter(cleaned)
     detail = selectors.detail(letter.pk, redacted=False, using=backend.database)
     with transaction.atomic():
-        redaction.record_reveal(actor.user, letter, via=actor.channel, channel=actor.channel)
+        via = "edit" if cleaned["for_edit"] else actor.channel
+        redaction.record_reveal(actor.user, letter, via=via, channel=actor.channel)
     return Outcome(
         False,
         f"Dead letter {letter.pk} shown unmasked (recorded).",
@@ -775,7 +782,7 @@ register(
         "Reveal",
         "Show a dead letter's masked payload values (each reveal recorded).",
         (redaction.REVEAL_PERMISSION,),
-        LetterForm,
+        RevealForm,
         _reveal,
     )
 )

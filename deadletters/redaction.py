@@ -343,7 +343,7 @@ def has_seen(user, letter) -> bool:
     )
 
 
-def record_reveal(user, letter, *, via: str, channel: str = "console"):
+def record_reveal(user, letter, *, via: str = "", channel: str = "console"):
     """Check that `user` may see `letter` unmasked and record that they did, in the default
     database's audit log (the console's, whichever queue database holds the letter, which the
     entry names): raise PermissionDenied, writing nothing, if not. Call it before showing the
@@ -352,7 +352,7 @@ def record_reveal(user, letter, *, via: str, channel: str = "console"):
 
     if not (user.is_active and user.has_perm(REVEAL_PERMISSION)):
         raise PermissionDenied(f"{user} may not see unmasked payloads ({REVEAL_PERMISSION})")
-    params = {"via": via, "task_path": letter.task_path}
+    params = {"via": via or channel, "task_path": letter.task_path}
     database = _database_of(letter)
     if database != "default":
         params["database"] = database

@@ -32,7 +32,6 @@ from ..roles import ACTION_PERMISSION, EDIT, POISON
 from .base import (
     CONSOLE,
     DOING,
-    Missing,
     NotFound,
     backend_named,
     console_view,
@@ -257,6 +256,15 @@ def _not_editable(letter) -> str:
     return ""
 
 
+def _not_beside_fields(exc, form) -> list[str]:
+    """The registry's refusals the edit form does not already show beside one of its fields."""
+    return [
+        " ".join(errors)
+        for name, errors in exc.errors.items()
+        if name not in form.fields or name not in form.errors
+    ] or ([] if form.errors else [str(exc)])
+
+
 @require_http_methods(["GET", "POST"])
 @console_view
 @never_cache
@@ -284,35 +292,35 @@ def edit_letter(request, pk):
     if refused:
         status = 409 if request.method == "POST" else 200
     elif request.method == "POST" and "reveal" in request.POST:
-        require(request.user, redaction.REVEAL_PERMISSION)
-        redaction.record_reveal(request.user, letter, via="edit", channel=CONSOLE)
+        actions.perform(
+            "letter.reveal",
+            user=request.user,
+            channel=CONSOLE,
+            data={"letter": letter.pk, "for_edit": True},
+        )
         revealed = True
         form = EditForm(initial=_payload_text(letter, redacted=False))
     elif request.method == "POST":
         form = EditForm(request.POST)
-        if form.is_valid():
-            allow_poisoned = form.cleaned_data["allow_poisoned"]
-            if allow_poisoned and not may_poison:
-                raise Missing(POISON)
-            try:
-                edit = services.edit_and_replay(
-                    operator=request.user,
-                    dead_letter_id=letter.pk,
-                    args=form.cleaned_data["args"],
-                    kwargs=form.cleaned_data["kwargs"],
-                    reason=form.cleaned_data["reason"],
-                    allow_poisoned=allow_poisoned,
-                    channel=CONSOLE,
-                )
-            except services.RefusedError as exc:
-                form.add_error(None, str(exc))
-            else:
-                messages.success(
-                    request, f"Replayed with the edited payload: job {edit.job_id} is queued."
-                )
-                return HttpResponseRedirect(
-                    reverse("deadletters:detail", args=[letter.pk]) + f"#edit-{edit.pk}"
-                )
+        try:
+            outcome = actions.perform(
+                "letter.edit_replay",
+                user=request.user,
+                channel=CONSOLE,
+                data={**request.POST.dict(), "letter": letter.pk},
+            )
+        except actions.Invalid as exc:
+            form.is_valid()  # its own messages beside its fields; the rest above them
+            for message in _not_beside_fields(exc, form):
+                form.add_error(None, message)
+        except (actions.Conflict, actions.Gone) as exc:
+            form.is_valid()
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, outcome.message)
+            return HttpResponseRedirect(
+                reverse("deadletters:detail", args=[letter.pk]) + f"#edit-{outcome.result.pk}"
+            )
         status = 400
     else:
         form = EditForm(initial=_payload_text(letter, redacted=True))

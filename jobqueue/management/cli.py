@@ -388,9 +388,11 @@ def operator(username: str, *permissions: str):
         user = User.objects.get(**{User.USERNAME_FIELD: username})
     except User.DoesNotExist:
         raise usage_error(f"No user {username!r}") from None
+    if not user.is_active:
+        raise usage_error(f"{username} is not an active user.")
     missing = [p for p in permissions if not user.has_perm(p)]
-    if not user.is_active or missing:
-        raise usage_error(f"{username} lacks {(missing or permissions)[0]}.")
+    if missing:
+        raise usage_error(f"{username} lacks {missing[0]}.")
     return user
 
 

@@ -245,3 +245,19 @@ def test_cli_plain_list_and_ids_with_a_filter_refused(cli_operator):
             "--reason", "r", "--operator", "oncall",
         )  # fmt: skip
     assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.parametrize("command", ["deadletters", "act"])
+def test_an_inactive_operator_is_refused_by_name_not_with_a_traceback(command):
+    """An inactive user holds no permission at all: the refusal says the account is inactive
+    (it once indexed an empty list of missing permissions and raised IndexError)."""
+    letter = DeadLetterFactory()
+    User.objects.create_user("gone", password="pw-pw-pw", is_active=False)
+    if command == "act":
+        argv = ["act", "letter.reveal", "--letter", str(letter.pk)]
+    else:
+        argv = ["deadletters", "discard", str(letter.pk), "--reason", "r"]
+    with pytest.raises(CommandError, match="gone is not an active user"):
+        call_command(*argv, "--operator", "gone")
+    letter.refresh_from_db()
+    assert letter.state == "pending"

@@ -114,7 +114,7 @@ class Command(cli.Command):
         name = opts["action"]
         if name == "list":
             return self._list(opts["json"])
-        user = self._user(opts["operator"])
+        user = cli.operator(opts["operator"])
         try:
             if name == CONFIRM:
                 data = _data(opts, _confirm_fields())
@@ -127,15 +127,6 @@ class Command(cli.Command):
         except actions.ActionError as exc:
             raise cli.usage_error(_without_hint(exc)) from None
         self._print_outcome(name, outcome, opts["json"])
-
-    def _user(self, username):
-        from django.contrib.auth import get_user_model
-
-        User = get_user_model()
-        user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
-        if user is None:
-            raise cli.usage_error(f"No user {username!r}")
-        return user
 
     def _freeze(self, name, user, opts):
         action = actions.get(name)
