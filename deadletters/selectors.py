@@ -462,6 +462,7 @@ class Preview:
     previously_replayed: int = 0
     poisoned: int = 0
     skipped: list[tuple[str, int]] = field(default_factory=list)
+    sample: list[DeadLetter] = field(default_factory=list)  # the first few, in the run's order
 
     @property
     def skip_count(self):
@@ -517,7 +518,40 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
             result.will_act += 1
     result.by_type = types.most_common()
     result.skipped = skipped.most_common()
+    first = ids[:PREVIEW_SAMPLE]
+    rows = DeadLetter.objects.using(using).filter(pk__in=first).only(*SAMPLED).in_bulk()
+    result.sample = [rows[pk] for pk in first if pk in rows]
     return result
+
+
+PREVIEW_SAMPLE = 20
+SAMPLED = ("task_path", "error_class", "attempts", "replays", "state", "dead_lettered_at")
+
+
+@dataclass(frozen=True)
+class LastRate:
+    rate: float
+    run: int
+    job_type: str
+
+
+def last_rate(job_types) -> LastRate | None:
+    """The rate of the newest replay run of one of `job_types`: what a replay of them starts
+    with (an operator who paced one replay of a task paces the next alike)."""
+    wanted = set(job_types)
+    recent = (
+        ReplayRun.objects.filter(action=Action.REPLAY)
+        .order_by("-pk")
+        .values_list("pk", "rate", "job_types")[:LAST_RATE_RUNS]
+    )
+    for pk, rate, types in recent:
+        shared = wanted.intersection(types if isinstance(types, list) else ())
+        if shared:
+            return LastRate(rate=rate, run=pk, job_type=min(shared))
+    return None
+
+
+LAST_RATE_RUNS = 50  # runs looked back through; older paces are not worth a longer read
 
 
 # --- audit --------------------------------------------------------------------------------

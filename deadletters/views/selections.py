@@ -84,21 +84,30 @@ def confirm(request, pk):
     if hasattr(selection, "run"):
         return redirect("deadletters:run", pk=selection.run.pk)
     may_poison = request.user.has_perm(POISON)
-    form = ConfirmForm(request.POST or None)
+    allow_poisoned = may_poison and request.POST.get("allow_poisoned") in ("on", "true", "1")
+    preview = selectors.preview(
+        selection.ids,
+        action=selection.action,
+        allow_poisoned=allow_poisoned,
+        using=selection.database,
+    )
+    last_rate = None
+    if selection.action == "replay":
+        last_rate = selectors.last_rate(path for path, _ in preview.by_type)
+    form = ConfirmForm(request.POST or None, initial={"rate": last_rate.rate} if last_rate else {})
     if request.method == "POST" and (outcome := _confirmed(request, selection, form)):
         return redirect("deadletters:run", pk=outcome.data["run"])
-    allow_poisoned = may_poison and form.data.get("allow_poisoned") in ("on", "true", "1")
+    backend = databases.of_database(selection.database)
     context = {
         "selection": selection,
-        "preview": selectors.preview(
-            selection.ids,
-            action=selection.action,
-            allow_poisoned=allow_poisoned,
-            using=selection.database,
-        ),
-        "backend": databases.of_database(selection.database),
+        "letters": True,
+        "label": actions.action_of(selection).label,
+        "preview": preview,
+        "backend": backend,
+        "backend_query": databases.query(backend),
         "several": databases.multiple(),
         "form": form,
+        "last_rate": last_rate,
         "can_replay_poisoned": may_poison,
         "max_replays": conf.get("MAX_REPLAYS"),
         "batch_size": conf.get("REPLAY_BATCH_SIZE"),
@@ -160,8 +169,6 @@ def job_confirm(request, pk):
         "back": reverse("deadletters:jobs") + "?" + urlencode(back_filter),
         "backend": backend,
         "several": databases.multiple(),
-        "job_query": databases.query(backend),
+        "backend_query": databases.query(backend),
     }
-    return render(
-        request, "deadletters/job_confirm.html", context, status=400 if form.errors else 200
-    )
+    return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)

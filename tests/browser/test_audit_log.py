@@ -51,7 +51,7 @@ def test_console_and_token_driven_actions_are_found_on_the_audit_page(
     expect(page.locator("table.jobs tbody tr")).to_have_count(3)
     page.check('input[name="select_all"]')
     page.click('button[value="cancel"]')
-    expect(page.locator("h1")).to_have_text("Cancel: 3 jobs")
+    expect(page.locator("h1")).to_have_text("Cancel 3 jobs?")
     page.fill('textarea[name="reason"]', "campaign called off")
     page.click("form.confirm button[type=submit]")
     expect(page.locator(".messages li")).to_have_text("3 jobs cancelled.")

@@ -45,7 +45,7 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
     for job in newsletters[:2]:
         page.check(f'input[name="ids"][value="{job.pk}"]')
     page.click('button[value="cancel"]')
-    expect(page.locator("h1")).to_have_text("Cancel: 2 jobs")
+    expect(page.locator("h1")).to_have_text("Cancel 2 jobs?")
     page.fill('textarea[name="reason"]', "campaign called off")
     page.click("form.confirm button[type=submit]")
     expect(page.locator(".messages li")).to_have_text("2 jobs cancelled.")

@@ -222,7 +222,7 @@ def test_a_selection_of_bs_jobs_previews_and_acts_in_b(two_backends, client):
     assert sorted(selection.ids) == sorted([*(t.pk for _, t in pairs), started.pk])
     page = client.get(response["Location"])
     assert page.status_code == 200
-    assert b"<strong>3</strong> of them are still waiting" in page.content
+    assert b'<strong class="will-act">3</strong> of them are still waiting' in page.content
     assert f'href="{job_url(pairs[0][1].pk, "b")}"'.encode() in page.content
     assert f'href="{JOBS}?backend=b&amp;queue=mail"'.encode() in page.content  # the way back
     done = client.post(response["Location"], {"reason": "campaign called off"}, follow=True)

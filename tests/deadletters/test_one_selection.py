@@ -74,3 +74,57 @@ def test_the_migration_moves_every_jobs_selection_in():
         ("letters", "discard", [4, 5], {}, "", 0, False),
         ("jobs", "cancel", [7, 8, 9], {"task": "shop.mail"}, "campaign off", 2, True),
     ]
+
+
+def _confirm_page(client, selection):
+    page = client.get(f"/deadletters/selections/{selection.pk}/")
+    assert page.status_code == 200
+    return page.content.decode()
+
+
+def test_the_letters_confirm_page_says_how_they_were_chosen_and_lists_them(client):
+    operator = user_with_role("operator", "olga")
+    client.force_login(operator)
+    letters = DeadLetterFactory.create_batch(3, task_path="shop.send_receipt")
+    filtered = services.freeze_selection(
+        operator=operator,
+        action="replay",
+        ids=[dl.pk for dl in letters],
+        filter={"job_type": "shop.send_receipt", "error_class": "TimeoutError"},
+    )
+    html = _confirm_page(client, filtered)
+    assert "Chosen by the filter <code>job_type=shop.send_receipt</code>" in html
+    assert "<code>error_class=TimeoutError</code>" in html
+    assert "<h2>All 3</h2>" in html
+    for letter in letters:  # each a link to its letter
+        assert f'<a href="/deadletters/{letter.pk}/">{letter.pk}</a>' in html
+
+    ticked = services.freeze_selection(operator=operator, action="discard", ids=[letters[0].pk])
+    html = _confirm_page(client, ticked)
+    assert "Chosen by ticking 1 row by hand." in html
+    assert "<h2>The letter</h2>" in html
+
+
+def test_a_replay_starts_at_the_rate_last_used_for_its_job_type(client):
+    operator = user_with_role("operator", "olga")
+    client.force_login(operator)
+
+    def frozen(task_path):
+        letter = DeadLetterFactory(task_path=task_path)
+        return services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
+
+    first = frozen("shop.send_receipt")
+    assert 'name="rate" value' not in _confirm_page(client, first)  # nothing to go by: empty
+    run = services.start_run(operator=operator, selection=first, reason="paced", rate=2.5)
+    services.start_run(
+        operator=operator, selection=frozen("shop.other"), reason="other task", rate=9.0
+    )
+
+    html = _confirm_page(client, frozen("shop.send_receipt"))
+    assert 'name="rate" value="2.5"' in html
+    assert f'the rate of run <a href="/deadletters/runs/{run.pk}/">#{run.pk}</a>' in html
+    # A discard has no rate to fill in.
+    discard = services.freeze_selection(
+        operator=operator, action="discard", ids=[DeadLetterFactory(task_path="shop.x").pk]
+    )
+    assert 'name="rate"' not in _confirm_page(client, discard)
