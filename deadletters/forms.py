@@ -137,9 +137,11 @@ class FilterForm(forms.Form):
     q = forms.CharField(
         required=False,
         max_length=200,
-        label="Search error and payload",
         widget=forms.TextInput(attrs={"type": "search"}),
     )
+    # The search box's label for who may search payload values (True) and who may not:
+    # views.base.filter_for sets it.
+    SEARCH_LABELS = {True: "Search error and payload", False: "Search error text"}
     since = DayField(required=False, label="From")
     until = DayField(required=False, label="To")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
@@ -437,6 +439,7 @@ class JobFilterForm(forms.Form):
     queue = forms.CharField(required=False, max_length=100)
     key = forms.CharField(required=False, max_length=255)
     q = forms.CharField(required=False, max_length=200)
+    SEARCH_LABELS = {True: "Text in arguments or errors", False: "Text in errors"}
     after = IdField(required=False)
     before = IdField(required=False)
 

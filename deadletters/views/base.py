@@ -161,8 +161,11 @@ def no_such_backend():
 
 def filter_for(form, user):
     """The form's filter for `user`: its search looks in payload values only for one who may
-    see them unmasked, or a search would tell which rows hold a masked value."""
-    return form.to_filter(payload_search=user.has_perm(redaction.REVEAL_PERMISSION))
+    see them unmasked, or a search would tell which rows hold a masked value. The search box
+    says which it is, so no one searches a payload value they see and finds nothing."""
+    payload_search = user.has_perm(redaction.REVEAL_PERMISSION)
+    form.fields["q"].label = form.SEARCH_LABELS[payload_search]
+    return form.to_filter(payload_search=payload_search)
 
 
 def letter_permissions(user):

@@ -80,6 +80,25 @@ def test_the_list_searches_payloads_for_those_who_may_see_them(
     assert ("q", "hunter2") in as_admin.context["echo"]
 
 
+@pytest.mark.parametrize(
+    ("url", "viewer_label", "admin_label"),
+    [
+        (LIST, "Search error text", "Search error and payload"),
+        (reverse("deadletters:jobs"), "Text in errors", "Text in arguments or errors"),
+    ],
+)
+def test_the_search_box_names_what_it_searches_for_each_user(
+    viewer_client, admin_client_, url, viewer_label, admin_label
+):
+    """A viewer who sees a payload value masked is told the box reads error text only, so a
+    search for what the letter page shows finds nothing without a word."""
+    for client, label in ((viewer_client, viewer_label), (admin_client_, admin_label)):
+        form = client.get(url).context["form"]
+        assert form["q"].label == label
+        page = client.get(url).content.decode()
+        assert f"<label>{label} <input" in page
+
+
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 @pytest.mark.parametrize(
     ("payload", "index"),
