@@ -1,6 +1,6 @@
 """One example per hostile input the console once answered with a 500 or misread (issue 11).
 
-tests/deadletters/test_hostile_inputs.py generates such inputs for every view; these pin the
+The console fuzz (test_console_refuses_any_input.py) makes such inputs for every view; these pin the
 findings themselves, each with the refusal an operator sees.
 """
 
@@ -131,7 +131,7 @@ def test_an_invalid_audit_cursor_is_named_and_ignored(viewer_client, before):
 
 @pytest.mark.parametrize("pk", ["9" * 5000, str(MAX_ID + 1), "0"])
 def test_a_path_id_beyond_bigint_is_a_404(operator_client, pk):
-    # Found by test_hostile_inputs: the run-control regex handed "9" * 5000 to int() (500).
+    # Found by the console fuzz: the run-control regex handed "9" * 5000 to int() (500).
     for path in (f"runs/{pk}/pause/", f"runs/{pk}/", f"{pk}/", f"selections/{pk}/"):
         response = operator_client.post(f"/deadletters/{path}")
         assert response.status_code == 404, path
@@ -162,7 +162,7 @@ def test_the_largest_bigint_is_an_id_and_previews_as_missing(operator_client):
 
 @pytest.mark.parametrize("back", ["0", "overview", "deadletters:list", "a.b", "/x\x00y", "//evil"])
 def test_a_refused_preview_goes_back_only_to_a_path_here(operator_client, back):
-    # Found by test_hostile_inputs: redirect("0") looked "0" up as a view name (NoReverseMatch).
+    # Found by the console fuzz: redirect("0") looked "0" up as a view name (NoReverseMatch).
     response = operator_client.post(PREVIEW, {"action": "replay", "back": back})
     assert response.status_code == 302 and response["Location"] == LIST
 

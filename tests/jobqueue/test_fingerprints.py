@@ -1,6 +1,8 @@
 """Error fingerprints (jobqueue.fingerprints): the same cause, one fingerprint; another cause,
 another. Pure functions, no database."""
 
+import time
+
 import pytest
 
 from jobqueue.fingerprints import fingerprint, normalized_message, project_frame
@@ -80,3 +82,25 @@ def test_a_fingerprint_is_sixteen_hex_characters_for_any_text():
     for message in ("", "\x00\ud800 odd", "x" * 100_000):
         value = fingerprint("e", message, "not a traceback")
         assert len(value) == 16 and int(value, 16) >= 0
+
+
+TB_BLANK_LINE_BETWEEN_FRAMES = """Traceback (most recent call last):
+  File "/srv/app/jobqueue/worker.py", line 630, in _execute
+    value = task.func(*job.args, **job.kwargs)
+
+  File "/srv/app/demo/tasks.py", line 12, in send_receipt
+    raise ConnectionError("down")
+ConnectionError: down
+"""
+
+
+def test_a_traceback_of_blank_lines_is_fingerprinted_in_linear_time():
+    """`^\\s*File` under re.M let \\s* run over every following newline from every line start:
+    quadratic in the traceback, ten seconds for a 64,000-character one (an exception message of
+    blank lines), inside the transaction that buries the job. Kept to spaces and tabs."""
+    for hostile in ("\n" * 64_000, " \n" * 32_000):
+        started = time.perf_counter()
+        fingerprint("builtins.ValueError", "blank", hostile)
+        assert time.perf_counter() - started < 1.0
+    # Real tracebacks read as before, a blank line between frames included.
+    assert project_frame(TB_BLANK_LINE_BETWEEN_FRAMES) == "demo/tasks.py:send_receipt"

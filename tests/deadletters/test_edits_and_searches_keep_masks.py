@@ -1,4 +1,6 @@
-"""Review findings (issue 18 triage): hostile inputs and leaks found in review, each pinned."""
+"""Edits and searches keep masked values masked: a hostile edit is refused, not a 500, without
+quoting a masked value; the edit permission alone does not replay; the audit shows a payload
+search only to who may reveal."""
 
 import pytest
 from django.urls import reverse
@@ -66,7 +68,7 @@ def test_a_validator_that_breaks_on_a_hostile_edit_refuses_it_instead_of_a_500(c
     raised TypeError out of the view."""
     settings.REDRIVE = {
         **settings.REDRIVE,
-        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_review_findings.receipt"},
+        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_edits_and_searches_keep_masks.receipt"},
     }
     letter = DeadLetterFactory(task_path=ADD, args=[1], kwargs={"b": 2})
     client = logged_in(chief)
@@ -76,7 +78,7 @@ def test_a_validator_that_breaks_on_a_hostile_edit_refuses_it_instead_of_a_500(c
         {"args": "[1]", "kwargs": '{"b": "five"}', "reason": "hostile"},
     )
     assert response.status_code == 400
-    assert "Refused by tests.deadletters.test_review_findings.receipt" in (
+    assert "Refused by tests.deadletters.test_edits_and_searches_keep_masks.receipt" in (
         response.content.decode()
     )
     assert not PayloadEdit.objects.exists()
@@ -88,7 +90,7 @@ def test_a_validators_message_does_not_show_a_masked_value(chief, settings):
     an editor who may not reveal it."""
     settings.REDRIVE = {
         **settings.REDRIVE,
-        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_review_findings.echoing"},
+        "PAYLOAD_VALIDATORS": {ADD: "tests.deadletters.test_edits_and_searches_keep_masks.echoing"},
     }
     letter = DeadLetterFactory(
         task_path=ADD, args=[1], kwargs={"b": {"n": 2, "api_token": "s3cret-t0ken"}}
