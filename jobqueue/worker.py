@@ -1323,6 +1323,43 @@ class Worker(Loop):
         listener.start()
         return listener
 
+    # --- on the caller's thread (jobqueue.testing) --------------------------------------
+
+    def run_here(self, *, limit: int) -> list[int]:
+        """Claim and run due jobs one at a time on this thread and its connection, each settled
+        before the next is claimed, until a claim finds none or `limit` ran; their ids, in the
+        order they ran. No handler, settler or listener thread: a test's open transaction
+        holds jobs no other connection can see (nor, on SQLite, write past). So no timeout is
+        enforced and no lease extended, and no worker record or tallies are written."""
+        me = threading.current_thread()
+        ran: list[int] = []
+        while len(ran) < limit:
+            self._announce_start = wants(task_started, log_task_started)
+            swept_dead: list[Job] = []
+            jobs = store.claim(
+                worker_id=self.worker_id,
+                queues=self.queues,
+                limit=1,
+                lease_seconds=self.lease_seconds,
+                now=self.clock(),
+                using=self.using,
+                swept_dead=swept_dead,
+            )
+            for job in swept_dead:
+                self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
+            if not jobs:
+                return ran
+            (job,) = jobs
+            self.stats.claimed += 1
+            self.held.hold(job)
+            held = self.held.start(job, me)
+            outcome = self._execute(job)
+            self.held.returned(held)
+            self.finished.put(outcome)
+            self._settle()
+            ran.append(job.pk)
+        return ran
+
 
 class TaskCache:
     """Task objects and signatures by path: imported and inspected once per worker, not per job."""

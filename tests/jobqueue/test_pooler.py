@@ -16,27 +16,27 @@ class FakeConnection:
 
 
 @pytest.fixture
-def redrive(settings):
+def redrive_settings(settings):
     def configure(**values):
         settings.REDRIVE = {**settings.REDRIVE, **values}
 
     return configure
 
 
-def test_the_listen_connection_follows_the_settings(redrive):
-    redrive(POOLER="", LISTEN_DSN="")
+def test_the_listen_connection_follows_the_settings(redrive_settings):
+    redrive_settings(POOLER="", LISTEN_DSN="")
     assert listen_params(FakeConnection("sqlite")) is None  # no LISTEN without PostgreSQL
     assert listen_params(FakeConnection("postgresql"))["host"] == "pooler.internal"
-    redrive(POOLER="transaction", LISTEN_DSN="")
+    redrive_settings(POOLER="transaction", LISTEN_DSN="")
     assert listen_params(FakeConnection("postgresql")) is None  # no session: it polls
-    redrive(POOLER="transaction", LISTEN_DSN="host=db.internal port=5432 dbname=app")
+    redrive_settings(POOLER="transaction", LISTEN_DSN="host=db.internal port=5432 dbname=app")
     assert listen_params(FakeConnection("postgresql")) == {
         "conninfo": "host=db.internal port=5432 dbname=app"
     }
 
 
-def test_each_queue_database_listens_through_its_own_dsn(redrive):
-    redrive(
+def test_each_queue_database_listens_through_its_own_dsn(redrive_settings):
+    redrive_settings(
         POOLER="transaction",
         LISTEN_DSN={"default": "host=db port=5432 dbname=app", "queues_b": "host=db dbname=b"},
     )
@@ -50,16 +50,16 @@ def test_each_queue_database_listens_through_its_own_dsn(redrive):
     assert listen_params(FakeConnection("postgresql", "other")) is None
 
 
-def test_a_listen_dsn_per_database_passes_every_settings_check(redrive):
+def test_a_listen_dsn_per_database_passes_every_settings_check(redrive_settings):
     from django.core import checks
 
-    redrive(LISTEN_DSN={"default": "host=db dbname=app"})
-    assert not [e for e in checks.run_checks() if e.id.startswith("redrive.E")]
-    redrive(LISTEN_DSN=["host=db"])  # neither kind: refused once, by the pooler check
-    assert [e.id for e in checks.run_checks() if e.id.startswith("redrive.E")] == ["redrive.E027"]
+    redrive_settings(LISTEN_DSN={"default": "host=db dbname=app"})
+    assert not [e for e in checks.run_checks() if e.id.startswith("redrive_settings.E")]
+    redrive_settings(LISTEN_DSN=["host=db"])  # neither kind: refused once, by the pooler check
+    assert [e.id for e in checks.run_checks() if e.id.startswith("redrive_settings.E")] == ["redrive_settings.E027"]
 
 
-def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive, settings):
+def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive_settings, settings):
     from tests.conftest import SECOND_DATABASE
 
     settings.TASKS = {
@@ -69,9 +69,9 @@ def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive, se
             "OPTIONS": {"DATABASE": SECOND_DATABASE},
         },
     }
-    redrive(POOLER="transaction", LISTEN_DSN="host=db dbname=app")
-    assert [e.id for e in check_pooler()] == ["redrive.W005"]
-    redrive(LISTEN_DSN={"default": "host=db dbname=app", SECOND_DATABASE: "host=db dbname=b"})
+    redrive_settings(POOLER="transaction", LISTEN_DSN="host=db dbname=app")
+    assert [e.id for e in check_pooler()] == ["redrive_settings.W005"]
+    redrive_settings(LISTEN_DSN={"default": "host=db dbname=app", SECOND_DATABASE: "host=db dbname=b"})
     assert check_pooler() == []
 
 
@@ -80,13 +80,13 @@ def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive, se
     [
         ({"POOLER": "", "LISTEN_DSN": ""}, []),
         ({"POOLER": "transaction", "LISTEN_DSN": "postgres://db/app"}, []),
-        ({"POOLER": "session", "LISTEN_DSN": ""}, ["redrive.E026"]),
-        ({"POOLER": "transaction", "LISTEN_DSN": 5432}, ["redrive.E027"]),
+        ({"POOLER": "session", "LISTEN_DSN": ""}, ["redrive_settings.E026"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": 5432}, ["redrive_settings.E027"]),
         ({"POOLER": "transaction", "LISTEN_DSN": {"default": "host=db"}}, []),
-        ({"POOLER": "transaction", "LISTEN_DSN": {"nowhere": "host=db"}}, ["redrive.E027"]),
-        ({"POOLER": "transaction", "LISTEN_DSN": {"default": 5432}}, ["redrive.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"nowhere": "host=db"}}, ["redrive_settings.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"default": 5432}}, ["redrive_settings.E027"]),
     ],
 )
-def test_the_pooler_settings_are_checked_at_start_up(redrive, values, ids):
-    redrive(**values)
+def test_the_pooler_settings_are_checked_at_start_up(redrive_settings, values, ids):
+    redrive_settings(**values)
     assert [error.id for error in check_pooler()] == ids
