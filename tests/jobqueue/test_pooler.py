@@ -16,27 +16,27 @@ class FakeConnection:
 
 
 @pytest.fixture
-def redrive_settings(settings):
+def configure_redrive(settings):
     def configure(**values):
         settings.REDRIVE = {**settings.REDRIVE, **values}
 
     return configure
 
 
-def test_the_listen_connection_follows_the_settings(redrive_settings):
-    redrive_settings(POOLER="", LISTEN_DSN="")
+def test_the_listen_connection_follows_the_settings(configure_redrive):
+    configure_redrive(POOLER="", LISTEN_DSN="")
     assert listen_params(FakeConnection("sqlite")) is None  # no LISTEN without PostgreSQL
     assert listen_params(FakeConnection("postgresql"))["host"] == "pooler.internal"
-    redrive_settings(POOLER="transaction", LISTEN_DSN="")
+    configure_redrive(POOLER="transaction", LISTEN_DSN="")
     assert listen_params(FakeConnection("postgresql")) is None  # no session: it polls
-    redrive_settings(POOLER="transaction", LISTEN_DSN="host=db.internal port=5432 dbname=app")
+    configure_redrive(POOLER="transaction", LISTEN_DSN="host=db.internal port=5432 dbname=app")
     assert listen_params(FakeConnection("postgresql")) == {
         "conninfo": "host=db.internal port=5432 dbname=app"
     }
 
 
-def test_each_queue_database_listens_through_its_own_dsn(redrive_settings):
-    redrive_settings(
+def test_each_queue_database_listens_through_its_own_dsn(configure_redrive):
+    configure_redrive(
         POOLER="transaction",
         LISTEN_DSN={"default": "host=db port=5432 dbname=app", "queues_b": "host=db dbname=b"},
     )
@@ -50,16 +50,16 @@ def test_each_queue_database_listens_through_its_own_dsn(redrive_settings):
     assert listen_params(FakeConnection("postgresql", "other")) is None
 
 
-def test_a_listen_dsn_per_database_passes_every_settings_check(redrive_settings):
+def test_a_listen_dsn_per_database_passes_every_settings_check(configure_redrive):
     from django.core import checks
 
-    redrive_settings(LISTEN_DSN={"default": "host=db dbname=app"})
-    assert not [e for e in checks.run_checks() if e.id.startswith("redrive_settings.E")]
-    redrive_settings(LISTEN_DSN=["host=db"])  # neither kind: refused once, by the pooler check
-    assert [e.id for e in checks.run_checks() if e.id.startswith("redrive_settings.E")] == ["redrive_settings.E027"]
+    configure_redrive(LISTEN_DSN={"default": "host=db dbname=app"})
+    assert not [e for e in checks.run_checks() if e.id.startswith("redrive.E")]
+    configure_redrive(LISTEN_DSN=["host=db"])  # neither kind: refused once, by the pooler check
+    assert [e.id for e in checks.run_checks() if e.id.startswith("redrive.E")] == ["redrive.E027"]
 
 
-def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive_settings, settings):
+def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(configure_redrive, settings):
     from tests.conftest import SECOND_DATABASE
 
     settings.TASKS = {
@@ -69,9 +69,11 @@ def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive_set
             "OPTIONS": {"DATABASE": SECOND_DATABASE},
         },
     }
-    redrive_settings(POOLER="transaction", LISTEN_DSN="host=db dbname=app")
-    assert [e.id for e in check_pooler()] == ["redrive_settings.W005"]
-    redrive_settings(LISTEN_DSN={"default": "host=db dbname=app", SECOND_DATABASE: "host=db dbname=b"})
+    configure_redrive(POOLER="transaction", LISTEN_DSN="host=db dbname=app")
+    assert [e.id for e in check_pooler()] == ["redrive.W005"]
+    configure_redrive(
+        LISTEN_DSN={"default": "host=db dbname=app", SECOND_DATABASE: "host=db dbname=b"}
+    )
     assert check_pooler() == []
 
 
@@ -80,13 +82,13 @@ def test_one_listen_dsn_for_queues_on_several_databases_is_warned_of(redrive_set
     [
         ({"POOLER": "", "LISTEN_DSN": ""}, []),
         ({"POOLER": "transaction", "LISTEN_DSN": "postgres://db/app"}, []),
-        ({"POOLER": "session", "LISTEN_DSN": ""}, ["redrive_settings.E026"]),
-        ({"POOLER": "transaction", "LISTEN_DSN": 5432}, ["redrive_settings.E027"]),
+        ({"POOLER": "session", "LISTEN_DSN": ""}, ["redrive.E026"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": 5432}, ["redrive.E027"]),
         ({"POOLER": "transaction", "LISTEN_DSN": {"default": "host=db"}}, []),
-        ({"POOLER": "transaction", "LISTEN_DSN": {"nowhere": "host=db"}}, ["redrive_settings.E027"]),
-        ({"POOLER": "transaction", "LISTEN_DSN": {"default": 5432}}, ["redrive_settings.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"nowhere": "host=db"}}, ["redrive.E027"]),
+        ({"POOLER": "transaction", "LISTEN_DSN": {"default": 5432}}, ["redrive.E027"]),
     ],
 )
-def test_the_pooler_settings_are_checked_at_start_up(redrive_settings, values, ids):
-    redrive_settings(**values)
+def test_the_pooler_settings_are_checked_at_start_up(configure_redrive, values, ids):
+    configure_redrive(**values)
     assert [error.id for error in check_pooler()] == ids
