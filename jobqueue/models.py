@@ -871,3 +871,31 @@ class WorkflowSignal(models.Model):
 
     def __str__(self):
         return f"{self.workflow_id}:{self.name}"
+
+
+class Deploy(models.Model):
+    """A deploy of the project's code: recorded by a deploy pipeline (`manage.py deploy mark`)
+    or by the first worker that starts with a new code version (jobqueue.store.deploys). The
+    console draws each on its charts and filters "since the last deploy".
+
+    Here, not in the console's app: workers record them, and the engine never imports the
+    console. `seq` numbers them 1, 2, 3, ... in one database: two workers that start with the
+    same new version at once both write the next number, and the unique constraint keeps one."""
+
+    class Source(models.TextChoices):
+        COMMAND = "command", "manage.py deploy mark"
+        WORKER = "worker", "A worker started with a new version"
+        CODE = "code", "Python code"
+
+    seq = models.BigIntegerField(unique=True)
+    version = models.CharField(max_length=100)
+    at = models.DateTimeField()
+    note = models.TextField(blank=True, default="")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    recorded_by = models.CharField(max_length=150)  # the --by name, or the worker's id
+
+    class Meta:
+        indexes = [models.Index(fields=["at"], name="jobqueue_deploy_at_idx")]
+
+    def __str__(self):
+        return f"deploy {self.version} at {self.at:%Y-%m-%d %H:%M}"

@@ -512,6 +512,7 @@ class Worker(Loop):
             self.lease_seconds,
             self.burst,
         )
+        self._mark_deploy()
         for n in range(self.concurrency):
             thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
             thread.start()
@@ -550,6 +551,32 @@ class Worker(Loop):
             self.stats.db_errors,
         )
         return self.exit_code
+
+    def _mark_deploy(self) -> None:
+        """A start with a code version other than the newest deploy marker's records a marker
+        (jobqueue.store.deploys). A worker that fails to is still a worker: it says so and runs."""
+        version = store.deploys.code_version()
+        if not version:
+            return
+        try:
+            marked = store.deploys.mark_if_new(
+                version, actor=self.worker_id, at=self.clock(), using=self.using
+            )
+        except (DatabaseError, ValueError, RuntimeError) as exc:
+            logger.warning(
+                "event=deploy_not_marked worker=%s version=%s error=%s",
+                self.worker_id,
+                logfmt(version),
+                logfmt(first_line(exc)),
+            )
+            return
+        if marked is not None:
+            logger.info(
+                "event=deploy_marked worker=%s version=%s seq=%d",
+                self.worker_id,
+                logfmt(version),
+                marked.seq,
+            )
 
     def _loop(self):
         while not self.stopping:

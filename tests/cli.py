@@ -14,6 +14,7 @@ from deadletters.models import ReplayItem, ReplayRun, Selection
 from jobqueue.models import (
     AuditEntry,
     DeadLetter,
+    Deploy,
     Job,
     JobCounter,
     OutboxMessage,
@@ -75,6 +76,7 @@ def row_counts() -> dict:
         ReplayItem,
         PausedQueue,
         AuditEntry,
+        Deploy,
         Schedule,
         ScheduleRun,
         Workflow,

@@ -53,6 +53,7 @@ NOT_LISTINGS = {
     ("schedules", "run"): "an audited action",
     ("schedules", "sync"): "writes the declared schedules: one line per change",
     ("workflows", "signal"): "sends an event (its --json is the outcome, not a listing)",
+    ("deploy", "mark"): "records a deploy marker (its --json is the marker)",
     ("audit", "verify"): "a check: its exit status and one line are the answer",
     ("enqueue", ""): "adds a job",
     ("runworker", ""): "a long-running process",
@@ -456,6 +457,26 @@ def check_audit_list(seeded):
     ]
 
 
+def check_deploy_list(seeded):
+    from jobqueue.models import Deploy
+
+    store.deploys.mark("v1", actor="ci", note="first")
+    store.deploys.mark_if_new("v2", actor="worker-1")
+    rows = as_json(["deploy", "list"])
+    assert rows == [
+        {
+            "seq": d.seq,
+            "version": d.version,
+            "at": d.at.isoformat(),
+            "note": d.note,
+            "source": d.source,
+            "recorded_by": d.recorded_by,
+        }
+        for d in Deploy.objects.order_by("-seq")
+    ]
+    assert [row["version"] for row in rows] == ["v2", "v1"]
+
+
 def check_prune(seeded):
     before = Job.objects.filter(state=JobState.DONE).count()
     report = as_json(["prune"])
@@ -514,6 +535,7 @@ LISTINGS = {
     ("workflows", "list"): (check_workflows_list, ["workflows", "list", "--state", "sad"]),
     ("workflows", "show"): (check_workflows_show, ["workflows", "show", "x"]),
     ("audit", "list"): (check_audit_list, ["audit", "list", "--limit", "10001"]),
+    ("deploy", "list"): (check_deploy_list, ["deploy", "list", "--limit", "0"]),
     ("prune", ""): (check_prune, ["prune", "--older-than", "-1"]),
     ("act", "list"): (check_act_list, ["act", "list", "--bogus"]),
     ("apitoken", "list"): (check_apitoken_list, ["apitoken", "list", "--user", "nobody"]),

@@ -12,6 +12,7 @@ By concern:
     sources/            one module per dead-letter source (jobs, outbox, django-q2)
     workers.py          the worker registry and per-minute counters
     queues.py           queue pause and resume, audited
+    deploys.py          deploy markers (a pipeline's, a worker's on a new version), audited
     job_actions.py      run a queued job now or cancel it, audited
     schedules.py        periodic jobs: sync, ticks (one job each), pause, resume, run now
     workflows.py        workflows' steps, signals, batch checkpoints and bad items
@@ -22,7 +23,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
-from . import job_actions, queues, schedules, workflows
+from . import deploys, job_actions, queues, schedules, workflows
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -87,6 +88,7 @@ __all__ = [
     "check_payload",
     "check_value",
     "claim",
+    "deploys",
     "discard",
     "dumps",
     "enqueue",
