@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_GET
 
-from deadletters import conf, databases
+from deadletters import conf, databases, timefilter
 from deadletters.roles import CONTROL_WORKER, PAUSE_QUEUE
 from deadletters.views import console_view, render_page, whole_page
 from jobqueue import store, timing
@@ -199,26 +199,55 @@ def timing_row(t: timing.Timing) -> TimingRow:
     )
 
 
-def chosen_window(request) -> tuple[str, str]:
-    """The window `?window=` names (none: the default), and what to say if it names none."""
+@dataclass(frozen=True)
+class Window:
+    """The timing window: `text` as its links carry it ("1h", "deploy"), `minutes` the whole
+    minutes it reads (from the one its start falls in), `label` as captions say it."""
+
+    text: str
+    minutes: int
+    label: str
+
+
+def window_of(bound: timefilter.Bound, now) -> Window:
+    first = bound.at.replace(second=0, microsecond=0)
+    last = now.replace(second=0, microsecond=0)
+    minutes = max(1, int((last - first).total_seconds() // 60) + 1)
+    label = f"in the last {bound.text}" if bound.span else f"since {bound.label}"
+    return Window(bound.text, minutes, label)
+
+
+def chosen_window(request, now) -> tuple[Window, str]:
+    """The window `?window=` names: a span back from now (1h), deploy (since the last one), a
+    day or a time (deadletters.timefilter); none, the default; else the default and what to say
+    of the text."""
     given = request.GET.get("window", "")
-    if not given or given in timing.WINDOWS:
-        return given or timing.DEFAULT_WINDOW, ""
-    return timing.DEFAULT_WINDOW, (
-        f"There is no window “{given[:40]}”: pick one of {', '.join(timing.WINDOWS)}. "
-        f"Showing the last {timing.DEFAULT_WINDOW}."
+    default = window_of(timefilter.parse(timing.DEFAULT_WINDOW, now=now), now)
+    if not given:
+        return default, ""
+    try:
+        bound = timefilter.parse(given, now=now)
+    except timefilter.BadBound as exc:
+        problem = str(exc)
+    else:
+        if bound.at < now:
+            return window_of(bound, now), ""
+        problem = "It starts after now."
+    return default, (
+        f"There is no window “{given[:40]}”: {problem} Pick one of "
+        f"{', '.join(timefilter.SUGGESTED)}. Showing the last {timing.DEFAULT_WINDOW}."
     )
 
 
 def timings_of(
-    now, window, *, task=None, exclude_queues=()
+    now, window: Window, *, task=None, exclude_queues=()
 ) -> dict[tuple[str, str], timing.Timing]:
     """Every queue database's rollups of the window, added up per queue and task."""
     out: dict[tuple[str, str], timing.Timing] = {}
     for backend in databases.backends():
         found = timing.timings(
             now,
-            timing.WINDOWS[window],
+            window.minutes,
             task=task,
             exclude_queues=exclude_queues,
             using=backend.database,
@@ -229,13 +258,20 @@ def timings_of(
 
 
 def timing_context(request, now, *, task=None, exclude_queues=()) -> dict:
-    window, window_error = chosen_window(request)
+    window, window_error = chosen_window(request, now)
     found = timings_of(now, window, task=task, exclude_queues=exclude_queues)
     whole = timing.overall(found.values())
+    start = now - timedelta(minutes=window.minutes)
     return {
-        "window": window,
-        "windows": list(timing.WINDOWS),
+        "window": window.text,
+        "window_label": window.label,
+        # Since the last deploy is offered once there is one.
+        "windows": [
+            w for w in timefilter.SUGGESTED if w != "deploy" or timefilter.latest_deploy()
+        ],
         "window_error": window_error,
+        # A histogram has no time axis: the deploys of its window are named beside it.
+        "window_deploys": timefilter.deploys_between(start, now),
         "timing_rows": [timing_row(found[key]) for key in sorted(found)],
         "timing_charts": [
             histogram_chart("Run time", "ok", whole.run),

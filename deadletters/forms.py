@@ -1,15 +1,15 @@
 import re
-from datetime import date, datetime, time, timedelta
+from datetime import date
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from jobqueue.models import MAX_ID, AuditEntry, DeadLetterState
 from jobqueue.store import sources
 
-from . import conf, databases
+from . import conf, databases, timefilter
 from .jobs import STATES as JOB_STATES
 from .jobs import JobFilter
 from .models import Action
@@ -18,11 +18,6 @@ from .selectors import LETTERS, AuditFilter, ListFilter
 
 ORDER_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first")]
 
-# A day filter becomes the start of that day (`until`: of the next day) in the current time zone,
-# which the database layer converts to UTC: at the edges of what Python's dates hold that
-# overflows (9999-12-31 plus a day; year 1 east of UTC). No dead letter lies outside this range.
-FIRST_DAY = date(1900, 1, 1)
-LAST_DAY = date(9998, 12, 31)
 DIGITS = re.compile(r"[0-9]{1,19}")
 
 
@@ -57,32 +52,82 @@ class IdListField(forms.Field):
         return [parse_id(v) for v in value]
 
 
-class DayField(forms.DateField):
-    """A day written YYYY-MM-DD, and only so. A text input, not `type="date"`: the browser
-    shows a date input in its own locale (mm/dd/yyyy in en-US), while everything else on the
-    console and in its URLs is ISO; the pattern lets the browser say what it wants."""
+class TimeBoundInput(forms.TextInput):
+    """A time bound's text input with the usual choices offered beside it (a datalist): a text
+    input, not `type="date"` or `datetime-local`, which show the browser's locale (mm/dd/yyyy in
+    en-US) and take no "1h" or "deploy", while everything else on the console is ISO."""
 
-    input_formats = ["%Y-%m-%d"]
-    widget = forms.DateInput(
-        format="%Y-%m-%d",
-        attrs={
-            "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}",
-            "placeholder": "YYYY-MM-DD",
-            "title": "A day as YYYY-MM-DD",
-            "inputmode": "numeric",
-            "size": 10,
-            "maxlength": 10,
-        },
-    )
+    def __init__(self, attrs=None):
+        super().__init__(
+            {
+                "placeholder": "1h, deploy, 2026-12-04 14:30",
+                "title": timefilter.ACCEPTED[0].upper() + timefilter.ACCEPTED[1:],
+                "size": 16,
+                "maxlength": timefilter.MAX_CHARS,
+                "autocomplete": "off",
+                "spellcheck": "false",
+                **(attrs or {}),
+            }
+        )
+
+    def render(self, name, value, attrs=None, renderer=None):
+        listed = f"{(attrs or {}).get('id') or name}-choices"
+        options = format_html_join(
+            "", '<option value="{}"></option>', ((c,) for c in timefilter.SUGGESTED)
+        )
+        return format_html(
+            '{}<datalist id="{}">{}</datalist>',
+            super().render(name, value, {**(attrs or {}), "list": listed}, renderer),
+            listed,
+            options,
+        )
+
+
+class TimeBoundField(forms.CharField):
+    """A time filter's bound (deadletters.timefilter): a day, a time of day, a span back from
+    now, or the last deploy; cleaned to a timefilter.Bound. `end`: the range's end (a day is
+    then included whole)."""
+
+    widget = TimeBoundInput
+
+    def __init__(self, *, end: bool = False, **kwargs):
+        kwargs.setdefault("max_length", timefilter.MAX_CHARS)
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.end = end
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in self.empty_values:
+            return None
+        try:
+            return timefilter.parse(text, end=self.end)
+        except timefilter.BadBound as exc:
+            raise ValidationError(str(exc), code="invalid") from None
 
     def validate(self, value):
-        super().validate(value)
-        if value is not None and not FIRST_DAY <= value <= LAST_DAY:
-            raise ValidationError(
-                "Enter a date between %(first)s and %(last)s.",
-                code="out_of_range",
-                params={"first": FIRST_DAY.isoformat(), "last": LAST_DAY.isoformat()},
-            )
+        # The parse validated it; CharField's checks would read the Bound as text.
+        if value is None and self.required:
+            raise ValidationError(self.error_messages["required"], code="required")
+
+    def run_validators(self, value):
+        pass
+
+    def prepare_value(self, value):
+        return value.text if isinstance(value, timefilter.Bound) else value
+
+
+def moment(bound):
+    """A cleaned bound's moment, or None."""
+    return bound.at if bound is not None else None
+
+
+def check_range(form, since="since", until="until"):
+    """The range's end before its start: named on the end's field."""
+    data = form.cleaned_data
+    start, end = data.get(since), data.get(until)
+    if start is not None and end is not None and start.at >= end.at:
+        form.add_error(until, f"The end ({end.label}) is not after the start ({start.label}).")
 
 
 class CursorField(forms.CharField):
@@ -142,8 +187,8 @@ class FilterForm(forms.Form):
     # The search box's label for who may search payload values (True) and who may not:
     # views.base.filter_for sets it.
     SEARCH_LABELS = {True: "Search error and payload", False: "Search error text"}
-    since = DayField(required=False, label="From")
-    until = DayField(required=False, label="To")
+    since = TimeBoundField(label="From")
+    until = TimeBoundField(end=True, label="To")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *DeadLetterState.choices])
     fingerprint = forms.RegexField(
         required=False,
@@ -174,6 +219,11 @@ class FilterForm(forms.Form):
         # One queue database: no Backend filter to show (its one choice is the default).
         self.hidden_filters = () if databases.multiple() else ("backend",)
 
+    def clean(self):
+        data = super().clean()
+        check_range(self)
+        return data
+
     def to_filter(self, *, payload_search: bool = False) -> ListFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored.
         `payload_search`: the search looks in payload values too, for a user who may see them
@@ -188,8 +238,8 @@ class FilterForm(forms.Form):
             error_class=data.get("error_class", ""),
             source=data.get("source", ""),
             q=data.get("q", ""),
-            since=_day_start(data.get("since")),
-            until=_day_start(data.get("until"), plus_days=1),
+            since=moment(data.get("since")),
+            until=moment(data.get("until")),
             state=data.get("state", ""),
             fingerprint=data.get("fingerprint", ""),
             order=data.get("order") or "newest",
@@ -285,8 +335,8 @@ class AuditFilterForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "an id or a name"}),
     )
     channel = forms.ChoiceField(required=False, choices=[("", "Any"), *AuditEntry.Channel.choices])
-    since = DayField(required=False)
-    until = DayField(required=False)
+    since = TimeBoundField(label="From")
+    until = TimeBoundField(end=True, label="To")
     job_type = forms.CharField(required=False, max_length=255)  # the replay runs' section
     before = IdField(required=False)  # the runs' page: older than this run
     entries_after = IdField(required=False)  # the audit log's page: older than this entry
@@ -318,9 +368,7 @@ class AuditFilterForm(forms.Form):
                 "Say what kind of target it is too (Target kind: job, queue, schedule, run, "
                 "letter, ...).",
             )
-        since, until = data.get("since"), data.get("until")
-        if since and until and since > until:
-            self.add_error("until", "The last day is before the first.")
+        check_range(self)
         return data
 
     def to_filter(self) -> AuditFilter:
@@ -333,8 +381,8 @@ class AuditFilterForm(forms.Form):
             target_kind=data.get("target_kind", ""),
             target=data.get("target", ""),
             channel=data.get("channel", ""),
-            since=_day_start(data.get("since")),
-            until=_day_start(data.get("until"), plus_days=1),
+            since=moment(data.get("since")),
+            until=moment(data.get("until")),
             job_type=data.get("job_type", ""),
         )
 
@@ -365,14 +413,6 @@ class AuditFilterForm(forms.Form):
 
 class RunPageForm(forms.Form):
     after = IdField(required=False)
-
-
-def _day_start(day, plus_days=0):
-    if day is None:
-        return None
-    moment = datetime.combine(day + timedelta(days=plus_days), time.min)
-    # The day as the console shows it: in the zone its times are written in.
-    return timezone.make_aware(moment, conf.zone())
 
 
 class ConfirmForm(forms.Form):

@@ -26,8 +26,9 @@ from ninja import Router, Schema
 from jobqueue.models import DeadLetter
 
 from .. import actions, exports, selectors
-from ..forms import DayField, IdField, IdListField
+from ..forms import IdField, IdListField, TimeBoundField
 from ..models import Selection
+from ..timefilter import ACCEPTED
 from . import idempotency
 from .core import API, REFUSALS, Error, Refused, api, missing
 
@@ -87,8 +88,8 @@ def field_schema(name: str, field: forms.Field) -> dict:
         return {"type": "integer"} | described
     if isinstance(field, forms.FloatField):
         return {"type": "number"} | described
-    if isinstance(field, DayField):
-        return {"type": "string", "format": "date"} | described
+    if isinstance(field, TimeBoundField):
+        return {"type": "string", "maxLength": field.max_length, "description": ACCEPTED}
     schema = {"type": "string"}
     if getattr(field, "max_length", None):
         schema["maxLength"] = field.max_length

@@ -107,8 +107,9 @@ def test_every_page_writes_times_one_way(operator_client):
 def test_date_filters_are_iso_text_inputs_read_in_the_consoles_zone(viewer_client, settings):
     html = viewer_client.get(LIST).content.decode()
     since = re.search(r'<input[^>]*name="since"[^>]*>', html).group(0)
-    assert 'type="text"' in since and 'placeholder="YYYY-MM-DD"' in since
-    assert 'pattern="[0-9]{4}-[0-9]{2}-[0-9]{2}"' in since
+    # Text, not type="date" (the browser's locale): a day, a time, "1h" or "deploy".
+    assert 'type="text"' in since and 'placeholder="1h, deploy, 2026-12-04 14:30"' in since
+    assert 'list="id_since-choices"' in since and '<datalist id="id_since-choices">' in html
     # US order is not a second accepted spelling: it is named as an invalid filter.
     refused = viewer_client.get(LIST, {"since": "11/30/2026"}).content.decode()
     assert "Ignored invalid filter" in refused

@@ -94,7 +94,8 @@ def test_an_unknown_window_is_refused_with_the_choices_and_the_default_shown(
     response = viewer_client.get(HEALTH, {"window": "<b>1y</b>"})
     assert response.status_code == 400
     html = response.content.decode()
-    assert "There is no window “&lt;b&gt;1y&lt;/b&gt;”: pick one of 1h, 6h, 24h, 7d." in html
+    assert "There is no window “&lt;b&gt;1y&lt;/b&gt;”: Not a time: " in html
+    assert "Pick one of 15m, 1h, 6h, 24h, 7d, deploy. Showing the last 1h." in html
     assert '<strong aria-current="true">1h</strong>' in html
     assert row_of(html, "shop.send_receipt")[0] == "10"
 

@@ -8,7 +8,7 @@ import os
 from django.core.management import CommandError
 from django.db import transaction
 
-from deadletters import conf, databases, exports, redaction, selectors, services
+from deadletters import conf, databases, exports, redaction, selectors, services, timefilter
 from deadletters.forms import FilterForm, refusal
 from deadletters.models import Action, ReplayRun, RunState
 from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
@@ -51,6 +51,27 @@ def backend_name(database: str) -> str:
     the console records it."""
     found = databases.of_database(database)
     return "" if found is None or found.is_default else found.name
+
+
+def time_bound(*, end: bool):
+    """An argparse type: --since/--until as every time filter reads them (deadletters.timefilter:
+    a day, a time, 1h, deploy, ...)."""
+
+    def parse(text: str) -> timefilter.Bound:
+        try:
+            return timefilter.parse(text, end=end)
+        except timefilter.BadBound as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+BOUNDS = ("since", "until")
+
+
+def bounds_of(opts) -> dict:
+    """The --since/--until given, as the filter's moments."""
+    return {name: opts[name].at for name in BOUNDS if opts.get(name)}
 
 
 def rate(text):
@@ -193,6 +214,21 @@ class Command(cli.Command):
             choices=["", *sources.names()],
             help=", ".join(sources.names()) + ".",
         )
+        parser.add_argument(
+            "--since",
+            type=time_bound(end=False),
+            default=None,
+            metavar="WHEN",
+            help="Dead-lettered from: a day (2026-12-04), a time (2026-12-04 14:30), 1h, 7d, "
+            "deploy (the last deploy).",
+        )
+        parser.add_argument(
+            "--until",
+            type=time_bound(end=True),
+            default=None,
+            metavar="WHEN",
+            help="Dead-lettered before this time (a day: to its end, included).",
+        )
         # Which letters, not a filter of them: with ids too, the database those ids are in.
         parser.add_argument(
             "--backend",
@@ -212,6 +248,7 @@ class Command(cli.Command):
             source=opts["source"],
             state=opts["state"] or "",
             backend=backend_name(opts["backend"]),
+            **bounds_of(opts),
         )
         limit = opts["limit"]
         letters = selectors.filtered(f)
@@ -361,8 +398,9 @@ class Command(cli.Command):
         if allow_poisoned and not operator.has_perm(POISON):
             raise usage_error(f"{operator} may not replay items past the poison limit.")
         typed = {name: opts[name] for name in FILTERS if opts[name]}
+        bounds = bounds_of(opts)
         if opts["ids"]:
-            if typed:
+            if typed or bounds:
                 raise usage_error("Give ids or a filter, not both.")
             if opts["limit"] is not None:
                 raise usage_error("--limit goes with a filter, not with ids.")
@@ -375,12 +413,13 @@ class Command(cli.Command):
                 shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
                 raise usage_error(f"No dead letter {shown}")
             recorded = {}  # hand-picked, as in the console
-        elif typed:
+        elif typed or bounds:
             if not opts["limit"]:
                 raise usage_error("A filter needs --limit N (the most items to act on).")
             # Only pending items can be acted on; the rest would only be skipped.
             f = selectors.ListFilter(
                 **typed,
+                **bounds,
                 state=DeadLetterState.PENDING,
                 backend=backend_name(opts["backend"]),
             )
@@ -390,9 +429,15 @@ class Command(cli.Command):
                 .values_list("id", flat=True)[: opts["limit"]]
             )
             # The audit shows what the operator typed, not the defaults it was combined with.
-            recorded = {**typed, "limit": opts["limit"]}
+            recorded = {
+                **typed,
+                **{name: moment.isoformat() for name, moment in bounds.items()},
+                "limit": opts["limit"],
+            }
         else:
-            raise usage_error("Give dead-letter ids or --job-type/--error-class/--queue/--source.")
+            raise usage_error(
+                "Give dead-letter ids or --job-type/--error-class/--queue/--source/--since/--until."
+            )
         if not ids:
             raise usage_error("Nothing matches.")
         preview = selectors.preview(
@@ -514,10 +559,6 @@ class Command(cli.Command):
         export.add_argument(
             "--search", default="", help="Text in the last error or the payload (as the list's)."
         )
-        export.add_argument("--since", default="", metavar="YYYY-MM-DD", help="From this day.")
-        export.add_argument(
-            "--until", default="", metavar="YYYY-MM-DD", help="To this day, included."
-        )
         export.add_argument("--order", choices=["newest", "oldest"], default="newest")
         export.add_argument(
             "--operator",
@@ -544,8 +585,9 @@ class Command(cli.Command):
                 "state": opts["state"] or "",
                 "fingerprint": opts["fingerprint"],
                 "q": opts["search"],
-                "since": opts["since"],
-                "until": opts["until"],
+                # As typed: the form parses them as the list's filter does ("1h" stays "1h").
+                "since": opts["since"].text if opts["since"] else "",
+                "until": opts["until"].text if opts["until"] else "",
                 "order": opts["order"],
                 "backend": backend_name(opts["backend"]),
             }
