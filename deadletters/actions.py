@@ -584,6 +584,10 @@ def _select_jobs(actor: Actor, cleaned) -> tuple[list[int], dict, str]:
         f = cleaned.form.to_filter(payload_search=_may_search_payloads(actor))
         ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"), using=backend.database)
         recorded = dict(cleaned.form.echo())
+        # A bound as the moment it meant when frozen ("1h" read later would mean another hour).
+        for name in ("since", "until"):
+            if bound := cleaned.get(name):
+                recorded[name] = bound.at.isoformat()
         return ids, recorded, backend.database
     return cleaned["ids"], {}, backend.database
 

@@ -104,6 +104,14 @@ def chart(title, noun, tone, values, now, minutes=MINUTES) -> Chart:
     return Chart(title, noun, tone, sum(values), bars, y_ticks, x_ticks)
 
 
+def minute_marks(now, minutes=MINUTES) -> list[timefilter.DeployMark]:
+    """The deploys of a per-minute chart's hour, on its time axis."""
+    start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
+    return timefilter.deploy_marks(
+        start, now, lambda at: LEFT + (at - start).total_seconds() / 60 * SLOT
+    )
+
+
 # A histogram's SVG: one slot per bucket, the bound under every third.
 H_SLOT, H_BAR = 14, 11
 H_WIDTH = LEFT + H_SLOT * timing.BUCKETS + RIGHT
@@ -266,9 +274,7 @@ def timing_context(request, now, *, task=None, exclude_queues=()) -> dict:
         "window": window.text,
         "window_label": window.label,
         # Since the last deploy is offered once there is one.
-        "windows": [
-            w for w in timefilter.SUGGESTED if w != "deploy" or timefilter.latest_deploy()
-        ],
+        "windows": [w for w in timefilter.SUGGESTED if w != "deploy" or timefilter.latest_deploy()],
         "window_error": window_error,
         # A histogram has no time axis: the deploys of its window are named beside it.
         "window_deploys": timefilter.deploys_between(start, now),
@@ -406,6 +412,9 @@ def dashboard(request):
             chart("Failed attempts", "failed", "warn", series["failed"], now),
             chart("Dead-lettered", "dead-lettered", "danger", series["dead"], now),
         ],
+        "deploy_marks": minute_marks(now),
+        # The Deploys section sits outside the polled part too.
+        "deploys": timefilter.recent_deploys(10) if whole_page(request) else [],
         "chart_width": CHART_WIDTH,
         "chart_height": CHART_HEIGHT,
         "plot_left": LEFT,

@@ -1,5 +1,4 @@
 import re
-from datetime import date
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -249,9 +248,7 @@ class FilterForm(forms.Form):
         """The applied filter fields (valid and set) as (name, text) in their cleaned form."""
         self.is_valid()
         return [
-            (name, value.isoformat() if isinstance(value, date) else str(value))
-            for name in self.ECHOED
-            if (value := self.cleaned_data.get(name))
+            (name, str(value)) for name in self.ECHOED if (value := self.cleaned_data.get(name))
         ]
 
     def query(self) -> str:
@@ -401,9 +398,7 @@ class AuditFilterForm(forms.Form):
         """The applied filters as (name, value) pairs: the pager's links and the export form."""
         self.is_valid()
         return [
-            (name, value.isoformat() if isinstance(value, date) else value)
-            for name in self.FILTERS
-            if (value := self.cleaned_data.get(name))
+            (name, str(value)) for name in self.FILTERS if (value := self.cleaned_data.get(name))
         ]
 
     def query(self) -> str:
@@ -480,10 +475,18 @@ class JobFilterForm(forms.Form):
     key = forms.CharField(required=False, max_length=255)
     q = forms.CharField(required=False, max_length=200)
     SEARCH_LABELS = {True: "Text in arguments or errors", False: "Text in errors"}
+    since = TimeBoundField(label="Enqueued from")
+    until = TimeBoundField(end=True, label="Enqueued to")
     after = IdField(required=False)
     before = IdField(required=False)
 
-    ECHOED = ("state", "task", "queue", "key", "q")
+    TEXT = ("state", "task", "queue", "key", "q")
+    ECHOED = (*TEXT, "since", "until")
+
+    def clean(self):
+        data = super().clean()
+        check_range(self)
+        return data
 
     def to_filter(self, *, payload_search: bool = False) -> JobFilter:
         """The valid fields as a filter; the template names the invalid ones it ignored.
@@ -491,12 +494,17 @@ class JobFilterForm(forms.Form):
         self.is_valid()
         data = self.cleaned_data
         return JobFilter(
-            **{name: data.get(name) or "" for name in self.ECHOED}, payload_search=payload_search
+            **{name: data.get(name) or "" for name in self.TEXT},
+            since=moment(data.get("since")),
+            until=moment(data.get("until")),
+            payload_search=payload_search,
         )
 
     def echo(self) -> list[tuple[str, str]]:
         self.is_valid()
-        return [(name, value) for name in self.ECHOED if (value := self.cleaned_data.get(name))]
+        return [
+            (name, str(value)) for name in self.ECHOED if (value := self.cleaned_data.get(name))
+        ]
 
     def query(self) -> str:
         return urlencode(self.echo())

@@ -16,7 +16,7 @@ from jobqueue import store
 from jobqueue.models import DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
-from . import conf, databases, paging, redaction, search
+from . import conf, databases, paging, redaction, search, timefilter
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 from .paging import Keyset, Page
 
@@ -183,6 +183,14 @@ def spark_bars(hourly: list[int]) -> list[tuple]:
         height = round(28 * n / peak, 1) if n else 0
         bars.append((i * 5, 30 - height, height, n, 23 - i))
     return bars
+
+
+def spark_marks(now=None) -> list:
+    """The deploys of the 24 hours a sparkline draws (deadletters.timefilter.deploy_marks), on
+    its axis of one 5-unit slot an hour."""
+    now = now or timezone.now()
+    start = _day_start(now)
+    return timefilter.deploy_marks(start, now, lambda at: (at - start).total_seconds() / 3600 * 5)
 
 
 def _day_start(now) -> datetime:

@@ -210,5 +210,45 @@ def recent_deploys(limit: int = 10) -> list:
     return sorted(markers, key=lambda d: d.at, reverse=True)[:limit]
 
 
+@dataclass
+class DeployMark:
+    """A deploy drawn on a time chart: a vertical line at `x` with the version above it."""
+
+    x: float
+    version: str  # as drawn (cut to fit)
+    title: str  # what the hover says: the whole version, when, who, the note
+    label_x: float = 0.0  # where the version is written: beside the line, inside the chart
+    anchor: str = "start"
+
+
+# Characters of a version a chart draws (the hover has it whole).
+MARK_CHARS = 12
+
+
+def deploy_marks(start, now, x_of) -> list[DeployMark]:
+    """The deploys from `start` to `now` (deadletters.deploys_between) as marks, each
+    at `x_of(moment)`."""
+    zone = conf.zone()
+    marks = []
+    middle = x_of(start + (now - start) / 2)
+    for deploy in deploys_between(start, now):
+        local = deploy.at.astimezone(zone)
+        shown = deploy.version if len(deploy.version) <= MARK_CHARS else deploy.version[:11] + "…"
+        note = f": {deploy.note}" if deploy.note else ""
+        x = round(x_of(deploy.at), 1)
+        right = x > middle  # written on the line's left, so it stays inside the chart
+        marks.append(
+            DeployMark(
+                x=x,
+                label_x=x - 2 if right else x + 2,
+                anchor="end" if right else "start",
+                version=shown,
+                title=f"Deploy {deploy.version} at {local:%Y-%m-%d %H:%M} {local.tzname()} "
+                f"by {deploy.recorded_by}{note}",
+            )
+        )
+    return marks
+
+
 def _databases() -> list[str]:
     return list(dict.fromkeys(b.database for b in databases.backends())) or ["default"]

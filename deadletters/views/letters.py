@@ -62,6 +62,7 @@ def overview(request):
         "several": databases.multiple(),
         "now": timezone.now(),
         "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+        "spark_marks": selectors.spark_marks(),
     }
     return render_page(request, "deadletters/overview.html", "groups", context)
 
@@ -111,6 +112,7 @@ def letter_list(request):
         # A job type's letters grouped by cause, above the rows: not for the pager, which
         # swaps only the rows.
         context["causes"] = selectors.causes(f.job_type, using=backend.database)
+        context["spark_marks"] = selectors.spark_marks()
     return render_page(request, "deadletters/list.html", partial, context)
 
 
