@@ -478,6 +478,8 @@ class JobParams(Schema):
     queue: str | None = None
     key: str | None = None
     q: str | None = None
+    since: str | None = None
+    until: str | None = None
     after: str | None = None
     before: str | None = None
 
