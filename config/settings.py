@@ -253,6 +253,9 @@ REDRIVE = {
     "WORKER_LOST_AFTER": _env("JOBQUEUE_WORKER_LOST_AFTER", 60.0, float),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
+    # The code version workers run: a worker that starts with a new one records a deploy
+    # marker (set it in the deploy: the image tag, the commit); empty, workers record none.
+    "VERSION": _env("REDRIVE_VERSION", ""),
     # Jobs per second per queue across every worker, as JSON: {"emails": 10}.
     "RATE_LIMITS": _env_json("JOBQUEUE_RATE_LIMITS"),
     # Transactional outbox: routes, destinations, subscribers, as JSON (jobqueue/outbox.py).

@@ -293,6 +293,7 @@ AUDIT_ACTIONS = (
     "workflow.signal",
     "worker.quiet",
     "worker.stop",
+    "deploy.mark",
     "audit.export",
 )
 AUDIT_TARGET_KINDS = (
@@ -305,6 +306,7 @@ AUDIT_TARGET_KINDS = (
     "schedule",
     "workflow",
     "worker",
+    "deploy",
 )
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
 KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")

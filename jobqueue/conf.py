@@ -70,8 +70,7 @@ DEFAULTS = {
     # Seconds a finished redis_once key is kept: repeats within it skip the work.
     "REDIS_DONE_SECONDS": 86400.0,
     # The code version a worker runs (jobqueue.store.deploys.code_version): a worker that starts
-    # with a version other than the newest deploy marker's records a marker. "" reads the
-    # environment variable REDRIVE_VERSION; neither set, workers record none.
+    # with a version other than the newest deploy marker's records a marker; "": none.
     "VERSION": "",
 }
 

@@ -3,9 +3,11 @@ its "since the last deploy" filters.
 
 A marker is recorded by a deploy pipeline (`manage.py deploy mark --version X`, `mark`) or, for
 a project whose pipeline does not, by the first worker that starts with a code version other
-than the newest marker's (`mark_if_new`). A worker's code version is `code_version()`:
-REDRIVE["VERSION"] if set, else the environment variable REDRIVE_VERSION, else none (and no
-marker: a worker cannot tell one build from the next without being told).
+than the newest marker's (`mark_if_new`). A worker's code version is REDRIVE["VERSION"]
+(`code_version()`; the example project reads it from $REDRIVE_VERSION), set by the deploy (an
+image tag, a commit, a build number); unset, workers record none: a worker cannot tell one
+build from the next without being told, and reading git or a package's version at each start
+would cost every worker's start and say nothing in an image without .git.
 
 Each marker is written with its audit entry (jobqueue.store.audit, action deploy.mark) in one
 transaction. Markers are numbered (Deploy.seq, unique): workers that start at once with the
@@ -15,7 +17,6 @@ and record nothing.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -28,18 +29,15 @@ from . import audit
 from .payloads import MAX_REASON_CHARS, storable_text
 
 VERSION_CHARS = Deploy._meta.get_field("version").max_length
-ENVIRONMENT = "REDRIVE_VERSION"
 # Tries of the next number before giving up: each lost race means another marker was written.
 ATTEMPTS = 5
 
 
 def code_version() -> str:
-    """The version of the code this process runs, as a worker's start records it ("" if none
-    is configured): REDRIVE["VERSION"], else $REDRIVE_VERSION."""
+    """The version of the code this process runs, as a worker's start records it:
+    REDRIVE["VERSION"] ("" if unset)."""
     configured = setting("VERSION")
-    if isinstance(configured, str) and configured.strip():
-        return configured.strip()
-    return os.environ.get(ENVIRONMENT, "").strip()
+    return configured.strip() if isinstance(configured, str) else ""
 
 
 def checked_version(version) -> str:

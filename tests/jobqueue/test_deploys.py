@@ -3,9 +3,13 @@ first worker that starts with a new code version (REDRIVE["VERSION"], else $REDR
 each audited as deploy.mark."""
 
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -94,13 +98,24 @@ def test_the_list_without_markers_says_how_to_make_one():
 # --- the worker's own marker ----------------------------------------------------------------
 
 
-def test_the_code_version_is_the_setting_else_the_environment(settings, monkeypatch):
-    monkeypatch.delenv("REDRIVE_VERSION", raising=False)
+def test_the_code_version_is_the_setting(settings, monkeypatch):
+    settings.REDRIVE = {}
     assert store.deploys.code_version() == ""
-    monkeypatch.setenv("REDRIVE_VERSION", " build-7 ")
-    assert store.deploys.code_version() == "build-7"
-    settings.REDRIVE = {"VERSION": "2026.12.4"}
+    settings.REDRIVE = {"VERSION": " 2026.12.4 "}
     assert store.deploys.code_version() == "2026.12.4"
+
+
+def test_the_example_project_reads_it_from_redrive_version():
+    probe = subprocess.run(
+        [sys.executable, "-c", "import config.settings as s; print(s.REDRIVE['VERSION'])"],
+        cwd=django_settings.BASE_DIR,
+        env={**os.environ, "REDRIVE_VERSION": "build-7", "SECRET_KEY": "x"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert probe.stdout.strip() == "build-7", probe.stderr
 
 
 def test_mark_if_new_records_only_a_version_other_than_the_newest():
@@ -155,15 +170,14 @@ def test_a_worker_started_twice_with_one_version_records_one_marker(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_without_a_version_records_none(settings, monkeypatch):
-    monkeypatch.delenv("REDRIVE_VERSION", raising=False)
+def test_a_worker_without_a_version_records_none(settings):
     settings.REDRIVE = {}
     Worker(burst=True, poll_interval=0.05).run()
     assert not Deploy.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_whose_marker_fails_still_runs(settings, monkeypatch, caplog):
+def test_a_worker_whose_marker_fails_still_runs(settings, caplog):
     settings.REDRIVE = {"VERSION": "x" * 101}  # longer than a marker holds
     assert Worker(burst=True, poll_interval=0.05).run() == 0
     assert not Deploy.objects.exists()
@@ -172,7 +186,8 @@ def test_a_worker_whose_marker_fails_still_runs(settings, monkeypatch, caplog):
 
 @pytest.mark.slow
 def test_workers_started_at_once_with_a_new_version_record_one_marker(workers):
-    """Real processes: four runworker processes started together with REDRIVE_VERSION=v9."""
+    """Real processes: four runworker processes started together with REDRIVE_VERSION=v9 (the
+    example project's REDRIVE["VERSION"])."""
     store.deploys.mark("v8", actor="ci")
     env = {"REDRIVE_VERSION": "v9"}
     procs = [workers.start("--burst", "--poll", "0.05", env=env) for _ in range(4)]
