@@ -51,6 +51,8 @@ EVERY_COMMAND = [
     ["runrelay", "--help"],
     ["createoperator", "--help"],
     ["audit", "verify"],
+    ["deploy", "list"],
+    ["deploy", "mark", "--version", "v1"],
     ["act", "list", "--json"],
     ["apitoken", "create", "--user", "chief", "--name", "output test"],
 ]
