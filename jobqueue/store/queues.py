@@ -129,11 +129,40 @@ def known(using: str = "default", now: datetime | None = None) -> set[str]:
         if isinstance(queues, list):  # written by workers, but a JSON column
             names.update(q for q in queues if isinstance(q, str))
     names.update(PausedQueue.objects.using(using).values_list("queue_name", flat=True))
-    live = Job.objects.using(using).filter(state__in=[JobState.READY, JobState.RUNNING])
-    names.update(live.values_list("queue_name", flat=True).distinct())
+    names.update(ready_queues(using))
+    # Running jobs are few (the workers' slots), keyed ready ones have no index by queue: their
+    # queues from the head of their partial indexes.
+    jobs = Job.objects.using(using)
+    for head in (
+        jobs.filter(state=JobState.RUNNING).order_by("locked_until"),
+        jobs.filter(state=JobState.READY, concurrency_key__isnull=False).order_by(
+            "concurrency_key"
+        ),
+    ):
+        names.update(head.values_list("queue_name", flat=True)[:LOOKED_AT])
     counted = JobCounter.objects.using(using).filter(minute__gte=now - COUNTED)
     names.update(counted.values_list("queue_name", flat=True).distinct())
     return {name for name in names if isinstance(name, str)}
+
+
+# How many running jobs, and keyed ready ones, `known` looks at for their queues.
+LOOKED_AT = 1_000
+# A skip scan stops after this many queue names (a name per index probe).
+MAX_READY_QUEUES = 500
+
+
+def ready_queues(using: str = "default") -> list[str]:
+    """The queues with keyless ready jobs, in name order: a skip scan of the claim's per-queue
+    partial index (one probe per queue), where DISTINCT read every ready job. Keyed jobs are
+    not in that index (they are claimed per key): their queues come with their jobs."""
+    ready = Job.objects.using(using).filter(state=JobState.READY, concurrency_key__isnull=True)
+    names = ready.order_by("queue_name").values_list("queue_name", flat=True)
+    found: list[str] = []
+    name = names.first()
+    while name is not None and len(found) < MAX_READY_QUEUES:
+        found.append(name)
+        name = names.filter(queue_name__gt=name).first()
+    return found
 
 
 def is_known(queue: str, using: str = "default") -> bool:
