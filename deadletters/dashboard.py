@@ -2,6 +2,7 @@
 and run time and queue wait per queue and task over a chosen window (jobqueue.timing), with a
 page per task."""
 
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -355,6 +356,7 @@ def combined(healths: list[Health], now) -> Health:
         totals=totals,
         last_success_at=last_success,
         paused=paused,
+        queues=[queue for h in healths for queue in h.queues],
     )
 
 
@@ -369,6 +371,13 @@ def _snapshots(now) -> tuple[Health, list[tuple]]:
         for row in health.rows:
             row.backend = backend
             row.uncounted = row.task in uncounted
+        for queue in health.queues:
+            queue.backend = backend
+            queue.pause = health.paused.get(queue.queue)  # by, when, why
+            # A stable id for the row's reason box: the poll's swap keeps what is typed in it
+            # (hx-preserve), and a queue name may hold any character.
+            digest = hashlib.sha256(f"{backend.name}\0{queue.queue}".encode()).hexdigest()
+            queue.dom_id = f"queue-{digest[:16]}"
         for worker in health.workers:
             worker["backend"] = backend.name
         parts.append((backend, health))
@@ -392,6 +401,10 @@ def dashboard(request):
             now, exclude_queues=[internal], using=backend.database
         ).items():
             series[name] = [a + b for a, b in zip(series[name], values, strict=True)]
+    # A queue is listed with anything to say (a row of its tasks) or paused (to be resumed).
+    shown = {(r.backend.name, r.queue) for r in rows}
+    queue_rows = [q for q in health.queues if q.paused or (q.backend.name, q.queue) in shown]
+    waiting = [q for q in queue_rows if q.ready and q.queue != internal]
     context = {
         "health": health,
         "totals": health.totals,
@@ -399,18 +412,20 @@ def dashboard(request):
         # The replay runner's own jobs, apart: they are the console's work, not the project's.
         "internal_rows": [r for r in rows if r.queue == internal],
         "internal_queue": internal,
-        # Several queue databases: a Backend column, each backend's pauses, a backend to pause in.
+        "queues": [q for q in queue_rows if q.queue != internal],
+        "internal_queues": [q for q in queue_rows if q.queue == internal],
+        # The Oldest ready figure: none when nothing is due outside a paused queue.
+        "due_running": any(not q.paused for q in waiting),
+        "ready_paused": sum(q.ready for q in waiting if q.paused),
+        # Several queue databases: a Backend column, a backend to pause in.
         "several": several,
         "backends": [backend for backend, _ in parts],
-        "paused": [
-            (backend, queue, pause)
-            for backend, part in parts
-            for queue, pause in part.paused.items()
-        ],
+        "whole": whole_page(request),
         "charts": [
             chart("Completed", "completed", "ok", series["succeeded"], now),
             chart("Failed attempts", "failed", "warn", series["failed"], now),
-            chart("Dead-lettered", "dead-lettered", "danger", series["dead"], now),
+            # The workers' per-minute counters: jobs of this queue only (see the page's note).
+            chart("Jobs dead-lettered", "jobs dead-lettered", "danger", series["dead"], now),
         ],
         "deploy_marks": minute_marks(now),
         # The Deploys section sits outside the polled part too.

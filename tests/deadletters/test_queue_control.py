@@ -96,3 +96,104 @@ def test_the_form_offers_known_queues_and_refuses_another_unless_it_has_no_jobs_
     assert PausedQueue.objects.get().queue_name == "mial"
     operator_client.post(URL, {"action": "resume", "queue": "mial", "reason": "undo"})
     assert not PausedQueue.objects.exists()
+
+
+def queue_row(html: str, queue: str) -> str:
+    """The per-queue table's row of `queue`."""
+    start = html.index(f'data-queue="{queue}"')
+    return html[start : html.index("</tr>", start)]
+
+
+@pytest.mark.django_db
+def test_each_queue_row_pauses_and_resumes_its_queue_through_htmx(operator_client, settings):
+    settings.REDRIVE = {**settings.REDRIVE, "RATE_LIMITS": {"mail": 2}}
+    JobFactory(queue_name="mail")
+    JobFactory(queue_name="mail", running=True, locked_by="web-1:42")
+    html = operator_client.get(HEALTH).content.decode()
+    row = queue_row(html, "mail")
+    assert 'name="queue" value="mail"' in row and 'name="action" value="pause"' in row
+    assert 'aria-label="Pause mail"' in row and "at most 2/s" in row
+    assert "<code>web-1:42</code> 1" in row  # running now, per worker
+    # The row's form posts through htmx; the redirect it follows brings the health part back,
+    # saying what happened inside it (the page's own message list is not swapped).
+    htmx = {"HX-Request": "true"}
+    response = operator_client.post(
+        URL,
+        {"action": "pause", "queue": "mail", "reason": "SMTP down"},
+        headers=htmx,
+        follow=True,
+    )
+    part = response.content.decode()
+    assert part.lstrip().startswith('<div id="health"')  # the part alone, not a page
+    assert "Queue mail paused." in part
+    row = queue_row(part, "mail")
+    assert 'name="action" value="resume"' in row and "SMTP down" in row and "by operator" in row
+    operator_client.post(
+        URL, {"action": "resume", "queue": "mail", "reason": "back"}, headers=htmx, follow=True
+    )
+    assert not PausedQueue.objects.exists()
+    assert audited("queue") == [
+        ("pause", "mail", "operator", "SMTP down"),
+        ("resume", "mail", "operator", "back"),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_row_pause_without_a_reason_changes_nothing_and_says_why(operator_client):
+    JobFactory(queue_name="mail")
+    response = operator_client.post(
+        URL,
+        {"action": "pause", "queue": "mail", "reason": " "},
+        headers={"HX-Request": "true"},
+        follow=True,
+    )
+    assert response.status_code == 200 and not PausedQueue.objects.exists()
+    assert b'<li class="error">Nothing changed: reason: This field is required.</li>' in (
+        response.content
+    )
+
+
+@pytest.mark.django_db
+def test_a_viewer_sees_each_queue_but_no_buttons(viewer_client):
+    JobFactory(queue_name="mail")
+    row = queue_row(viewer_client.get(HEALTH).content.decode(), "mail")
+    assert "<form" not in row and "running" in row
+
+
+@pytest.mark.django_db
+def test_the_oldest_ready_figure_leaves_out_paused_queues_and_says_none_when_nothing_is_due(
+    operator_client,
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    JobFactory(queue_name="mail", run_after=now - timedelta(minutes=5))
+    JobFactory(queue_name="later", run_after=now + timedelta(hours=1))
+    store.queues.pause("mail", actor="ana", reason="outage")
+    html = operator_client.get(HEALTH).content.decode()
+    figure = html[html.index('data-figure="oldest-ready"') :]
+    assert figure.split("</span>")[0].endswith(">—")
+    assert "not counting 1 ready in paused queues" in figure
+    assert ">paused</span>" in queue_row(html, "mail")
+    assert '<td class="num oldest">—</td>' in queue_row(html, "later")
+    store.queues.resume("mail", actor="ana", reason="back")
+    html = operator_client.get(HEALTH).content.decode()
+    figure = html[html.index('data-figure="oldest-ready"') :]
+    assert (
+        figure.split("</span>")[0].endswith(" s")
+        and "paused queues" not in figure.split("</div>")[0]
+    )
+
+
+@pytest.mark.django_db
+def test_the_dead_letters_card_and_chart_say_what_each_counts(operator_client):
+    from tests.factories import DeadLetterFactory
+
+    DeadLetterFactory(source="django_q2", task_path="q2.task", idempotency_key="q2:1")
+    html = operator_client.get(HEALTH).content.decode()
+    card = html[html.index('data-figure="dead-letters"') :].split("</div>")[0]
+    assert ">1<" in card and "every source" in card
+    assert "Jobs dead-lettered per minute" in html
+    assert "django-q2 tasks, broker messages, outbox messages and workflow batch items" in html
