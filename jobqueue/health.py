@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from django.db import connections
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from jobqueue.conf import policy
 from jobqueue.models import (
@@ -214,67 +216,134 @@ PRIORITY_WALK = 32
 
 @dataclass
 class LiveSample:
-    """The live jobs as read for the health figures: at most LIVE_CAP per half (see LIVE_CAP),
-    and which halves had more."""
+    """The live jobs as read for the health figures, counted per group in the database from at
+    most LIVE_CAP jobs per half (see LIVE_CAP), and which halves had more."""
 
-    ready: list[tuple]  # (queue, task, run_after, attempts)
-    running: list[tuple]  # (queue, task, locked_until, locked_by, concurrency_key, limit)
+    # Per (queue, task): {"queue", "task", "ready", "scheduled", "retrying", "oldest"} where
+    # oldest is the earliest due run_after (None: nothing due).
+    ready: list[dict]
+    # Per (queue, task, worker, concurrency key, its limit): {..., "running", "expired"}.
+    running: list[dict]
     capped_queues: set[str]  # queues whose keyless ready jobs were more than LIVE_CAP
     keyed_capped: bool  # keyed ready jobs were more than LIVE_CAP (in any queue)
     running_capped: bool
     oldest: dict[str, datetime]  # per queue: the earliest run_after of its ready jobs, exact
 
 
-def live_sample(using: str = "default", cap: int | None = None) -> LiveSample:
+def live_sample(now: datetime, using: str = "default", cap: int | None = None) -> LiveSample:
     """The live jobs, bounded: per queue its first `cap` keyless ready jobs in claim order (the
     queues found by a skip scan of the claim's per-queue index), the first `cap` keyed ready
-    jobs, the first `cap` running ones by lease end. Each read walks the head of a partial
-    index; a queue over the cap has its earliest due job looked up per priority instead."""
+    jobs, the first `cap` running ones by lease end, each head counted per group by the
+    database; a head of `cap` looks one row further to know whether there are more. A queue
+    over the cap has its earliest job looked up per priority instead."""
     cap = LIVE_CAP if cap is None else cap
     jobs = Job.objects.using(using)
     keyless = jobs.filter(state=JobState.READY, concurrency_key__isnull=True)
-    ready: list[tuple] = []
+    ready: list[dict] = []
     capped: set[str] = set()
     oldest: dict[str, datetime] = {}
     claim_order = ("-priority", "run_after", "id")
     for queue in queues.ready_queues(using):
-        found = list(
-            keyless.filter(queue_name=queue)
-            .order_by(*claim_order)
-            .values_list("queue_name", "task_path", "run_after", "attempts")[: cap + 1]
-        )
-        if len(found) > cap:
+        head = keyless.filter(queue_name=queue).order_by(*claim_order)
+        found, n = _ready_heads(head[:cap], now, using)
+        if n == cap and head[cap : cap + 1].exists():
             capped.add(queue)
-            found = found[:cap]
             oldest[queue] = _earliest_of_priorities(keyless.filter(queue_name=queue))
         ready.extend(found)
-    keyed = list(
-        jobs.filter(state=JobState.READY, concurrency_key__isnull=False)
-        .order_by("concurrency_key", *claim_order)
-        .values_list("queue_name", "task_path", "run_after", "attempts")[: cap + 1]
-    )
-    running = list(
-        jobs.filter(state=JobState.RUNNING)
-        .order_by("locked_until")
-        .values_list(
-            "queue_name",
-            "task_path",
-            "locked_until",
-            "locked_by",
-            "concurrency_key",
-            "concurrency_limit",
-        )[: cap + 1]
-    )
-    for queue, _task, run_after, _attempts in [*ready, *keyed[:cap]]:
-        oldest[queue] = min(oldest.get(queue, run_after), run_after)
+    keyed = jobs.filter(state=JobState.READY, concurrency_key__isnull=False)
+    keyed = keyed.order_by("concurrency_key", *claim_order)
+    found, n = _ready_heads(keyed[:cap], now, using)
+    keyed_capped = n == cap and keyed[cap : cap + 1].exists()
+    ready.extend(found)
+    for r in ready:
+        if r["earliest"] is not None:
+            oldest[r["queue"]] = min(oldest.get(r["queue"], r["earliest"]), r["earliest"])
+    leased = jobs.filter(state=JobState.RUNNING).order_by("locked_until")
+    running, n = _running_heads(leased[:cap], now, using)
     return LiveSample(
-        ready=ready + keyed[:cap],
-        running=running[:cap],
+        ready=ready,
+        running=running,
         capped_queues=capped,
-        keyed_capped=len(keyed) > cap,
-        running_capped=len(running) > cap,
+        keyed_capped=keyed_capped,
+        running_capped=n == cap and leased[cap : cap + 1].exists(),
         oldest=oldest,
     )
+
+
+def _grouped(head, columns, measures: str, params: list, using: str) -> list[tuple]:
+    """`head` (a sliced queryset: the first rows of an index) counted per `columns` by the
+    database: the ORM writes the bounded inner read for each dialect, the outer SQL is plain
+    aggregates. Counting in the database rather than here: a few rows back, not thousands."""
+    inner, inner_params = head.values(*columns[:2], *HEAD_COLUMNS[columns]).query.sql_with_params()
+    grouping = ", ".join(columns)
+    sql = f"SELECT {grouping}, {measures} FROM ({inner}) head GROUP BY {grouping}"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [*params, *inner_params])
+        return cursor.fetchall()
+
+
+HEAD_COLUMNS = {
+    ("queue_name", "task_path"): ("run_after", "attempts"),
+    ("queue_name", "task_path", "locked_by", "concurrency_key", "concurrency_limit"): (
+        "locked_by",
+        "concurrency_key",
+        "concurrency_limit",
+        "locked_until",
+    ),
+}
+
+
+def _ready_heads(head, now, using) -> tuple[list[dict], int]:
+    due = connections[using].ops.adapt_datetimefield_value(now)
+    measures = (
+        "COUNT(*), "
+        "SUM(CASE WHEN run_after <= %s THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN run_after > %s AND attempts > 0 THEN 1 ELSE 0 END), "
+        "MIN(CASE WHEN run_after <= %s THEN run_after END), MIN(run_after)"
+    )
+    rows = _grouped(head, ("queue_name", "task_path"), measures, [due, due, due], using)
+    found = [
+        {
+            "queue": queue,
+            "task": task,
+            JobStatus.READY.value: ready,
+            JobStatus.RETRYING.value: retrying,
+            JobStatus.SCHEDULED.value: n - ready - retrying,
+            "oldest": _moment(oldest),
+            "earliest": _moment(earliest),
+        }
+        for queue, task, n, ready, retrying, oldest, earliest in rows
+    ]
+    return found, sum(row[2] for row in rows)
+
+
+def _running_heads(head, now, using) -> tuple[list[dict], int]:
+    live = connections[using].ops.adapt_datetimefield_value(now)
+    columns = ("queue_name", "task_path", "locked_by", "concurrency_key", "concurrency_limit")
+    measures = "COUNT(*), SUM(CASE WHEN locked_until > %s THEN 1 ELSE 0 END)"
+    rows = _grouped(head, columns, measures, [live], using)
+    found = [
+        {
+            "queue": queue,
+            "task": task,
+            "worker": worker,
+            "key": key,
+            "limit": limit,
+            JobStatus.RUNNING.value: running,
+            JobStatus.EXPIRED.value: n - running,
+        }
+        for queue, task, worker, key, limit, n, running in rows
+    ]
+    return found, sum(row[5] for row in rows)
+
+
+def _moment(value) -> datetime | None:
+    """A datetime the raw aggregate returned: aware already (PostgreSQL), or SQLite's text of
+    a UTC time."""
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(value)
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
 
 
 def _earliest_of_priorities(ready) -> datetime | None:
@@ -302,49 +371,39 @@ def live_counts(
     `by` queue_name and/or task_path or in all: one dict per group, with "oldest" (its earliest
     due run_after, None if nothing is due) and "capped" (the counts are at least these: a half
     was over LIVE_CAP). Read from `live_sample` (bounded), never a count of every live job."""
-    sample = sample or live_sample(using)
-    column = {"queue_name": 0, "task_path": 1}
+    sample = sample or live_sample(now, using)
+    states = [s.value for s in WAITING + LEASED]
+    field = {"queue_name": "queue", "task_path": "task"}
     groups: dict[tuple, dict] = {}
 
-    def group(row) -> dict:
-        key = tuple(row[column[name]] for name in by)
-        if key not in groups:
-            groups[key] = {
+    def add(part: dict, capped: bool) -> dict:
+        key = tuple(part[field[name]] for name in by)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = {
                 **dict(zip(by, key, strict=True)),
-                **dict.fromkeys([s.value for s in WAITING + LEASED], 0),
+                **dict.fromkeys(states, 0),
                 "oldest": None,
                 "capped": False,
             }
-        return groups[key]
+        for name in states:
+            found[name] += part.get(name, 0) or 0
+        found["capped"] = found["capped"] or capped
+        return found
 
-    for row in sample.ready:
-        queue, _task, run_after, attempts = row
-        found = group(row)
-        if run_after <= now:
-            found[JobStatus.READY.value] += 1
-            if found["oldest"] is None or run_after < found["oldest"]:
-                found["oldest"] = run_after
-        elif attempts:
-            found[JobStatus.RETRYING.value] += 1
-        else:
-            found[JobStatus.SCHEDULED.value] += 1
-        if queue in sample.capped_queues or sample.keyed_capped:
-            found["capped"] = True
-    for row in sample.running:
-        found = group(row)
-        locked_until = row[2]
-        leased = JobStatus.RUNNING if locked_until and locked_until > now else JobStatus.EXPIRED
-        found[leased.value] += 1
-        if sample.running_capped:
-            found["capped"] = True
-    if not by and not groups:
-        group(())
+    for part in sample.ready:
+        found = add(part, part["queue"] in sample.capped_queues or sample.keyed_capped)
+        if part["oldest"] is not None and (
+            found["oldest"] is None or part["oldest"] < found["oldest"]
+        ):
+            found["oldest"] = part["oldest"]
+    for part in sample.running:
+        add(part, sample.running_capped)
     if not by:  # in all: the exact oldest of every queue, capped ones included
+        whole = groups.get(()) or add({}, False)
         due = [t for t in sample.oldest.values() if t is not None and t <= now]
-        groups[()]["oldest"] = min(due, default=None)
-        groups[()]["capped"] = bool(
-            sample.capped_queues or sample.keyed_capped or sample.running_capped
-        )
+        whole["oldest"] = min(due, default=None)
+        whole["capped"] = bool(sample.capped_queues or sample.keyed_capped or sample.running_capped)
     yield from groups.values()
 
 
@@ -378,7 +437,7 @@ def snapshot(
         return rows[queue, task]
 
     live = tuple(s.value for s in WAITING + LEASED)
-    sample = live_sample(using)
+    sample = live_sample(now, using)
     for r in live_counts(now, using, by=("queue_name", "task_path"), sample=sample):
         target = row(r["queue_name"], r["task_path"])
         for name in live:
@@ -481,14 +540,15 @@ def per_queue(rows, sample, workers, paused, limits, now) -> list[QueueFigures]:
     for name in paused:
         found.setdefault(name, QueueFigures(queue=name))
     keys: dict[str, set[str]] = {}
-    for queue, _task, locked_until, worker, key, limit in sample.running:
-        q = found.get(queue)
-        if q is None or locked_until is None or locked_until <= now:
+    for part in sample.running:
+        q = found.get(part["queue"])
+        if q is None or not part["running"]:
             continue
-        q.running_by_worker[worker or "?"] = q.running_by_worker.get(worker or "?", 0) + 1
-        if key is not None:
-            keys.setdefault(queue, set()).add(key)
-            q.key_limit = max(q.key_limit or 0, limit or 1)
+        worker = part["worker"] or "?"
+        q.running_by_worker[worker] = q.running_by_worker.get(worker, 0) + part["running"]
+        if part["key"] is not None:
+            keys.setdefault(q.queue, set()).add(part["key"])
+            q.key_limit = max(q.key_limit or 0, part["limit"] or 1)
     for q in found.values():
         q.paused = q.queue in paused
         q.rate_limit = limits.get(q.queue)

@@ -110,6 +110,6 @@ def test_the_sample_reads_each_queue_from_its_index_head(now):
     JobFactory(queue_name="b", run_after=now, concurrency_key="k")  # keyed: not in the skip scan
     JobFactory(queue_name="c", run_after=now)
     assert store.queues.ready_queues() == ["a", "c"]
-    sample = live_sample(cap=10)
-    assert sorted(q for q, *_ in sample.ready) == ["a", "b", "c"]
+    sample = live_sample(now, cap=10)
+    assert sorted(r["queue"] for r in sample.ready) == ["a", "b", "c"]
     assert {"a", "b", "c"} <= store.queues.known()
