@@ -449,7 +449,13 @@ def dashboard(request):
         # The queues a pause takes without "no jobs yet" ticked (store.queues.known), offered
         # to those who may pause; a poll of the health figures does not show the form.
         "queue_names": sorted(
-            {q for backend, _ in parts for q in store.queues.known(backend.database, now)}
+            {
+                name
+                for backend, part in parts
+                for name in store.queues.known(
+                    backend.database, now, live=[q.queue for q in part.queues]
+                )
+            }
         )
         if request.user.has_perm(PAUSE_QUEUE) and whole_page(request)
         else [],

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import difflib
 import logging
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from importlib import import_module
 
 from django.apps import apps
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 
@@ -112,12 +113,15 @@ def resume(
 COUNTED = timedelta(days=1)
 
 
-def known(using: str = "default", now: datetime | None = None) -> set[str]:
+def known(
+    using: str = "default", now: datetime | None = None, *, live: Iterable[str] | None = None
+) -> set[str]:
     """The queues of the queue database `using` an operator may mean: those configured (the
     QUEUES of its TASKS backends, "default", REDRIVE["RATE_LIMITS"], the queues of the tasks in
     the installed apps' `tasks` modules, scheduled ones and the console's among them), those a
     worker takes from, those paused, and those with jobs waiting or running, or finished in the
-    last COUNTED. Each from an index or a small table."""
+    last COUNTED. Each from an index or a small table. `live`: the queues of the live jobs as
+    the caller has just read them (the health snapshot's), not read again."""
     now = now or timezone.now()
     names = {"default", *rate_limits(), *_of_tasks()}
     tasks = getattr(settings, "TASKS", {}) or {}
@@ -129,17 +133,20 @@ def known(using: str = "default", now: datetime | None = None) -> set[str]:
         if isinstance(queues, list):  # written by workers, but a JSON column
             names.update(q for q in queues if isinstance(q, str))
     names.update(PausedQueue.objects.using(using).values_list("queue_name", flat=True))
-    names.update(ready_queues(using))
-    # Running jobs are few (the workers' slots), keyed ready ones have no index by queue: their
-    # queues from the head of their partial indexes.
-    jobs = Job.objects.using(using)
-    for head in (
-        jobs.filter(state=JobState.RUNNING).order_by("locked_until"),
-        jobs.filter(state=JobState.READY, concurrency_key__isnull=False).order_by(
-            "concurrency_key"
-        ),
-    ):
-        names.update(head.values_list("queue_name", flat=True)[:LOOKED_AT])
+    if live is not None:
+        names.update(live)
+    else:
+        names.update(ready_queues(using))
+        # Running jobs are few (the workers' slots), keyed ready ones have no index by queue:
+        # their queues from the head of their partial indexes.
+        jobs = Job.objects.using(using)
+        for head in (
+            jobs.filter(state=JobState.RUNNING).order_by("locked_until"),
+            jobs.filter(state=JobState.READY, concurrency_key__isnull=False).order_by(
+                "concurrency_key"
+            ),
+        ):
+            names.update(head.values_list("queue_name", flat=True)[:LOOKED_AT])
     counted = JobCounter.objects.using(using).filter(minute__gte=now - COUNTED)
     names.update(counted.values_list("queue_name", flat=True).distinct())
     return {name for name in names if isinstance(name, str)}
@@ -151,18 +158,32 @@ LOOKED_AT = 1_000
 MAX_READY_QUEUES = 500
 
 
+# The skip scan, the same text on PostgreSQL and SQLite: each step is the first queue name after
+# the last one in the claim's per-queue partial index of keyless ready jobs (one probe a name).
+READY_QUEUES = """
+WITH RECURSIVE named(queue_name, n) AS (
+    SELECT (SELECT queue_name FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL
+            ORDER BY queue_name LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT j.queue_name FROM jobqueue_job j
+            WHERE j.state = 'ready' AND j.concurrency_key IS NULL
+              AND j.queue_name > named.queue_name
+            ORDER BY j.queue_name LIMIT 1), n + 1
+    FROM named WHERE named.queue_name IS NOT NULL AND n < %s
+)
+SELECT queue_name FROM named WHERE queue_name IS NOT NULL
+"""
+
+
 def ready_queues(using: str = "default") -> list[str]:
-    """The queues with keyless ready jobs, in name order: a skip scan of the claim's per-queue
-    partial index (one probe per queue), where DISTINCT read every ready job. Keyed jobs are
-    not in that index (they are claimed per key): their queues come with their jobs."""
-    ready = Job.objects.using(using).filter(state=JobState.READY, concurrency_key__isnull=True)
-    names = ready.order_by("queue_name").values_list("queue_name", flat=True)
-    found: list[str] = []
-    name = names.first()
-    while name is not None and len(found) < MAX_READY_QUEUES:
-        found.append(name)
-        name = names.filter(queue_name__gt=name).first()
-    return found
+    """The queues with keyless ready jobs, in name order (at most MAX_READY_QUEUES): a skip
+    scan of the claim's per-queue partial index in one statement, where DISTINCT read every
+    ready job. Keyed jobs are not in that index (they are claimed per key): their queues come
+    with their jobs."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(READY_QUEUES, [MAX_READY_QUEUES])
+        return [name for (name,) in cursor.fetchall()]
 
 
 def is_known(queue: str, using: str = "default") -> bool:
