@@ -67,5 +67,7 @@ def test_operator_cancels_scheduled_jobs_and_pauses_a_queue(
     page.fill('#queue-control input[name="reason"]', "SMTP provider down")
     page.click('#queue-control button[value="pause"]')
     expect(page.locator(".messages li")).to_have_text("Queue mail paused.")
-    expect(page.locator('tr[data-queue="mail"] td.queue-state')).to_contain_text("SMTP provider down")
+    expect(page.locator('tr[data-queue="mail"] td.queue-state')).to_contain_text(
+        "SMTP provider down"
+    )
     assert PausedQueue.objects.get().paused_by == "operator"
