@@ -177,7 +177,7 @@ def test_the_oldest_ready_figure_leaves_out_paused_queues_and_says_none_when_not
     assert figure.split("</span>")[0].endswith(">—")
     assert "not counting 1 ready in paused queues" in figure
     assert ">paused</span>" in queue_row(html, "mail")
-    assert '<td class="num oldest">—</td>' in queue_row(html, "later")
+    assert 'data-label="Oldest ready">—</td>' in queue_row(html, "later")
     store.queues.resume("mail", actor="ana", reason="back")
     html = operator_client.get(HEALTH).content.decode()
     figure = html[html.index('data-figure="oldest-ready"') :]
