@@ -121,10 +121,14 @@ class JobsPublisher(Publisher):
                     f"no task subscribes to {message.topic!r} (REDRIVE['OUTBOX']['SUBSCRIBERS'])"
                 )
                 continue
+            # The payload passed publish()'s size check: its JSON is made once, for every
+            # subscriber's job.
+            encoded = ("[]", store.dumps(message.payload))
             jobs[message.pk] = [
                 store.NewJob(
                     task_path=path,
                     kwargs=message.payload,
+                    encoded=encoded,
                     queue_name=queue_name,
                     priority=priority,
                     idempotency_key=f"outbox:{message.message_id}:{path}",

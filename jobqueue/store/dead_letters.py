@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from jobqueue.fingerprints import fingerprint
@@ -173,31 +174,99 @@ def settle_replayed(using: str = "default", **match) -> int:
     )
 
 
-def pending_fields(
-    error: dict, *, attempts: int, now: datetime, last_error: str | None = None, **extra
-) -> dict:
-    """A dead letter's columns for a death whose last error is `error` (an error entry)."""
+@dataclass(slots=True)
+class NewLetter:
+    """What a first death's letter records of the thing that died, as the console shows it and
+    its source replays it (the death itself is the Burial's)."""
+
+    task_path: str
+    queue_name: str
+    errors: list  # its whole error history
+    max_attempts: int
+    source: str = "jobqueue"
+    backend: str = "default"
+    priority: int = 0
+    args: Any = field(default_factory=list)
+    kwargs: Any = field(default_factory=dict)
+    idempotency_key: str | None = None
+    message_digest: str = ""
+    job_id: int | None = None
+    original_job_id: int | None = None
+    first_failed_at: datetime | None = None  # None: when its first error was
+    # Its identity is unique (a broker message, a django-q2 task), so a concurrent writer may
+    # record it first: written in a savepoint, and bury returns None if it lost.
+    contested: bool = False
+
+
+@dataclass(slots=True)
+class Burial:
+    """One death, of a job, an outbox message, a workflow's item or a source's task."""
+
+    error: dict  # its last error entry
+    attempts: int
+    now: datetime
+    # What a first death writes; None where only a replay's death is recorded.
+    letter: NewLetter | None
+    # The letter whose replay this death is (locked already, or its id, locked here): it
+    # returns to pending with this death, and no second letter is made.
+    replayed: DeadLetter | int | None = None
+    appended: list | None = None  # what that letter's errors gain (None: letter.errors)
+    last_error: str | None = None  # None: the error's message, else its class
+    # Fields of the new letter a replay's death writes on its letter too.
+    renewed: tuple[str, ...] = ()
+
+
+def bury(burial: Burial, *, using: str = "default") -> DeadLetter | None:
+    """The one way a death is recorded, for every source: the replayed letter back to pending
+    with this attempt's fields and its errors appended, so the item's history follows it across
+    cycles; else (no replay, or its letter is gone) a new pending letter. In the caller's
+    transaction. None: nothing written (a contested letter someone else recorded, or a replay's
+    death with no letter to return to)."""
+    fields = _death_fields(burial)
+    letter = burial.replayed
+    if isinstance(letter, int):
+        letter = DeadLetter.objects.using(using).select_for_update().filter(pk=letter).first()
+    if letter is not None:
+        for name in burial.renewed:
+            fields[name] = getattr(burial.letter, name)
+        for name, value in fields.items():
+            setattr(letter, name, value)
+        appended = burial.appended if burial.appended is not None else burial.letter.errors
+        letter.errors = [*letter.errors, *appended]
+        letter.save(using=using, update_fields=[*fields, "errors"])
+        return letter
+    new = burial.letter
+    if new is None:
+        return None
+    row = {name: getattr(new, name) for name in _LETTER_COLUMNS}
+    if new.first_failed_at is None:
+        row["first_failed_at"] = datetime.fromisoformat(new.errors[0]["at"])
+    if not new.contested:
+        return DeadLetter.objects.using(using).create(**row, **fields)
+    try:
+        with transaction.atomic(using=using):
+            return DeadLetter.objects.using(using).create(**row, **fields)
+    except IntegrityError:
+        return None
+
+
+_LETTER_COLUMNS = [name for name in NewLetter.__dataclass_fields__ if name != "contested"]
+
+
+def _death_fields(burial: Burial) -> dict:
+    """A letter's columns for a death whose last error is `burial.error` (an error entry)."""
+    error = burial.error
+    last_error = burial.last_error
     if last_error is None:
         last_error = error["message"] or error["exception_class_path"]
     return {
-        "attempts": attempts,
-        **extra,
+        "attempts": burial.attempts,
         "last_error": last_error,
         "error_class": error["exception_class_path"],
         "fingerprint": fingerprint(
             error["exception_class_path"], error["message"], error["traceback"]
         ),
         "traceback": error["traceback"],
-        "dead_lettered_at": now,
+        "dead_lettered_at": burial.now,
         "state": DeadLetterState.PENDING,
     }
-
-
-def return_to_pending(letter: DeadLetter, fields: dict, errors: list, *, using: str) -> DeadLetter:
-    """The replay of a locked letter died too: the same letter returns to pending with this
-    death's fields and its errors appended, so the item's history follows it across cycles."""
-    for name, value in fields.items():
-        setattr(letter, name, value)
-    letter.errors = [*letter.errors, *errors]
-    letter.save(using=using, update_fields=[*fields, "errors"])
-    return letter

@@ -23,10 +23,9 @@ from jobqueue.conf import policy
 from jobqueue.logfmt import log_line
 from jobqueue.models import DeadLetter, Job, JobState, JobStatus, RateBucket, UniqueKey
 
-from . import dialects
-from .dead_letters import pending_fields, return_to_pending, settle_replayed
+from . import dead_letters, dialects
 from .leases import JOBS, NO_LEASE, expired_entry
-from .payloads import check_payload, check_value, dumps
+from .payloads import check_payload, check_value
 
 logger = logging.getLogger("jobqueue.sweep")
 
@@ -63,6 +62,13 @@ class NewJob:
     ordering_on_dead: str | None = None  # "block" or "skip" when ordering_key is set
     concurrency_key: str | None = None
     concurrency_limit: int | None = None  # set when concurrency_key is
+    # A replay of a dead letter: the letter it settles, and the place in its ordering key of
+    # the job it replays (which runs before the key's later jobs).
+    replayed_from_id: int | None = None
+    ordering_position: int | None = None
+    # A job that goes in dead, having failed once with this error entry (a workflow batch's bad
+    # item, which an operator replays from its letter); it may have no key of any kind.
+    died: dict | None = None
 
 
 def enqueue(
@@ -87,7 +93,7 @@ def enqueue_many(
     written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one statement
     each (ON CONFLICT DO NOTHING on the live-key index)."""
     now = now or timezone.now()
-    return _enqueue(((_job_from(n, now), n.unique) for n in news), now, using)
+    return insert_jobs(((_job_from(n, now), n.unique) for n in news), now=now, using=using)
 
 
 def enqueue_calls(
@@ -101,18 +107,26 @@ def enqueue_calls(
     given as (args, kwargs, their JSON from check_payload). The columns the calls share are
     set once rather than per row: building rows took as long as the server took to insert
     them, and it is the part that does not overlap."""
+    if common.died is not None:
+        raise ValueError("enqueue_calls makes ready jobs; a dead one goes through enqueue_many")
     now = now or timezone.now()
     shared, unique = _shared_row(common, now), common.unique
     jobs = (
         (_job_with(shared.copy(), args, kwargs, encoded), unique)
         for args, kwargs, encoded in arguments
     )
-    return _enqueue(jobs, now, using)
+    return insert_jobs(jobs, now=now, using=using)
 
 
-def _enqueue(
-    jobs: Iterable[tuple[Job, Unique | None]], now: datetime, using: str
+def insert_jobs(
+    jobs: Iterable[tuple[Job, Unique | None]], *, now: datetime, using: str
 ) -> list[tuple[Job, bool]]:
+    """The one way a job row is written (enqueue, bulk, keyed, ordered, unique, replays, the
+    outbox's fan-out, a workflow's dead items): built rows (_job_from) and their unique holds,
+    in the caller's transaction; returns (job, created) per row, in order. Each row goes in
+    through the cheapest statement that carries it: the dialect's hot INSERT for plain ready
+    jobs, its keyed INSERT (ON CONFLICT DO NOTHING on the live-key index) for idempotency keys,
+    the ORM's for the rest (ordering and concurrency keys, replays, dead items)."""
     dialect = dialects.of(using)
     connection = connections[using]
     batches = batched(jobs, dialect.SEND_CHUNK)
@@ -128,11 +142,18 @@ def _enqueue(
 
 def _plain(job: Job, unique: Unique | None) -> bool:
     """No key of any kind: the dialect's hot INSERT takes it as it is."""
+    return unique is None and job.idempotency_key is None and _hot(job)
+
+
+def _hot(job: Job) -> bool:
+    """What the dialects' hot INSERT carries: a ready job with no ordering or concurrency key,
+    of no replay. Anything else goes through the ORM's insert, so the hot statements carry no
+    such columns for the jobs that have none."""
     return (
-        unique is None
-        and job.idempotency_key is None
-        and job.ordering_key is None
+        job.ordering_key is None
         and job.concurrency_key is None
+        and job.replayed_from_id is None
+        and job.state == JobState.READY
     )
 
 
@@ -157,31 +178,37 @@ def _enqueue_batch(
             _insert(connection, dialect, keyless, now, using)
         for i, job, spec in unique:
             results[i] = _enqueue_unique(connection, dialect, job, spec, now, using)
-        woken = set()
-        for i, job in keyed:
-            job_id = _insert_keyed(connection, dialect, job)
-            if job_id is None:
-                existing = (
-                    Job.objects.using(using)
-                    .exclude(state=JobState.DEAD)
-                    .get(idempotency_key=job.idempotency_key)
-                )
-                results[i] = (existing, False)
-            else:
-                job.pk = job_id
-                if job.run_after <= now:
-                    woken.add(job.queue_name)
-        dialect.notify(connection, woken)
+        if keyed:
+            _insert_keyed(connection, dialect, keyed, results, now, using)
     return results
 
 
+def _insert_keyed(connection, dialect, keyed: list[tuple[int, Job]], results, now, using):
+    """Jobs with an idempotency key, through the dialect's insert_keyed; a job whose key a live
+    job holds (an earlier one of this batch included) is not inserted: its result is that job."""
+    woken = set()
+    ids = dialect.insert_keyed(connection, [job for _, job in keyed], now=now)
+    for (i, job), job_id in zip(keyed, ids, strict=True):
+        if job_id is None:
+            existing = (
+                Job.objects.using(using)
+                .exclude(state=JobState.DEAD)
+                .get(idempotency_key=job.idempotency_key)
+            )
+            results[i] = (existing, False)
+        else:
+            job.pk = job_id
+            if job.run_after <= now:
+                woken.add(job.queue_name)
+    dialect.notify(connection, woken)
+
+
 def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
-    """Insert keyless jobs. Those with an ordering or concurrency key (few) go through the ORM's
-    insert, so the dialects' hot statements carry no such columns for the jobs that have none."""
+    """Insert keyless jobs: the plain ones through the dialect's hot INSERT, the others (few)
+    through the ORM's."""
     plain, ordered = [], []
     for job in jobs:
-        keyed = job.ordering_key is not None or job.concurrency_key is not None
-        (ordered if keyed else plain).append(job)
+        (plain if _hot(job) else ordered).append(job)
     if not ordered:
         dialect.insert_many(connection, plain, now=now)
         return
@@ -189,7 +216,8 @@ def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> 
         if plain:
             dialect.insert_many(connection, plain, now=now)
         Job.objects.using(using).bulk_create(ordered)
-        dialect.notify(connection, {job.queue_name for job in ordered if job.run_after <= now})
+        due = {j.queue_name for j in ordered if j.state == JobState.READY and j.run_after <= now}
+        dialect.notify(connection, due)
 
 
 def _enqueue_unique(connection, dialect, job: Job, spec: Unique, now, using) -> tuple[Job, bool]:
@@ -228,44 +256,27 @@ def _holds(holder: Job, hold: UniqueKey, now: datetime) -> bool:
     return status.value in hold.states.split(",")
 
 
-def _insert_keyed(connection, dialect, job: Job) -> int | None:
-    """One keyed job, unless a live job holds its key (None then): the dialect's INSERT_KEYED."""
-    ts = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(
-            dialect.INSERT_KEYED,
-            [
-                job.task_path,
-                job.queue_name,
-                job.priority,
-                job.backend,
-                dumps(job.args),
-                dumps(job.kwargs),
-                job.idempotency_key,
-                ts(job.run_after),
-                job.max_attempts,
-                ts(job.enqueued_at),
-                job.ordering_key,
-                job.ordering_on_dead,
-                job.concurrency_key,
-                job.concurrency_limit,
-            ],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
-
-
 def _job_from(n: NewJob, now: datetime) -> Job:
     """The Job a new row will be, built without Model.__init__: for a bulk enqueue its
     per-field defaults and init signals cost more than the INSERT. Every column is set here
     or in _shared_row (tests/jobqueue/test_store.py checks the list against the model's
     fields)."""
-    return _job_with(
+    job = _job_with(
         _shared_row(n, now),
         list(n.args),
         dict(n.kwargs),
         n.encoded or check_payload(n.args, n.kwargs),
     )
+    if n.died is not None:
+        _dead_on_arrival(job, n)
+    return job
+
+
+def _dead_on_arrival(job: Job, n: NewJob) -> None:
+    if n.idempotency_key or n.unique or n.ordering_key or n.concurrency_key:
+        raise ValueError("a job that goes in dead holds no key")
+    job.state, job.attempts, job.errors = JobState.DEAD, 1, [n.died]
+    job.started_at = job.last_attempted_at = job.finished_at = job.enqueued_at
 
 
 def _shared_row(n: NewJob, now: datetime) -> dict:
@@ -283,6 +294,8 @@ def _shared_row(n: NewJob, now: datetime) -> dict:
     row["ordering_on_dead"] = n.ordering_on_dead
     row["concurrency_key"] = n.concurrency_key
     row["concurrency_limit"] = n.concurrency_limit
+    row["replayed_from_id"] = n.replayed_from_id
+    row["ordering_position"] = n.ordering_position
     return row
 
 
@@ -520,7 +533,7 @@ def acknowledge(
         acked = dialect.acknowledge(connections[using], rows, now=now)
         replayed = [pk for pk in replayed if pk in acked]
         if replayed:
-            settle_replayed(using, replay_job_id__in=replayed)
+            dead_letters.settle_replayed(using, replay_job_id__in=replayed)
     return acked
 
 
@@ -580,25 +593,29 @@ def _retire(job, error, *, retry_at, now, using, require_live_lease=True) -> boo
 
 
 def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
-    """Write the dead letter in the transaction that retires the job."""
-    fields = pending_fields(job.errors[-1], attempts=job.attempts, now=now)
-    if job.replayed_from_id:
-        letter = DeadLetter.objects.using(using).select_for_update().get(pk=job.replayed_from_id)
-        return return_to_pending(letter, fields, job.errors, using=using)
-    return DeadLetter.objects.using(using).create(
-        job_id=job.pk,
-        original_job_id=job.pk,
-        task_path=job.task_path,
-        queue_name=job.queue_name,
-        priority=job.priority,
-        backend=job.backend,
-        args=job.args,
-        kwargs=job.kwargs,
-        idempotency_key=job.idempotency_key,
-        max_attempts=job.max_attempts,
-        errors=job.errors,
-        first_failed_at=datetime.fromisoformat(job.errors[0]["at"]),
-        **fields,
+    """Write the dead letter in the transaction that retires the job: a replay's death returns
+    its letter (locked here) to pending."""
+    return dead_letters.bury(
+        dead_letters.Burial(
+            job.errors[-1],
+            attempts=job.attempts,
+            now=now,
+            replayed=job.replayed_from_id,
+            letter=dead_letters.NewLetter(
+                job_id=job.pk,
+                original_job_id=job.pk,
+                task_path=job.task_path,
+                queue_name=job.queue_name,
+                priority=job.priority,
+                backend=job.backend,
+                args=job.args,
+                kwargs=job.kwargs,
+                idempotency_key=job.idempotency_key,
+                max_attempts=job.max_attempts,
+                errors=job.errors,
+            ),
+        ),
+        using=using,
     )
 
 

@@ -34,8 +34,8 @@ from django.utils import timezone
 
 from jobqueue.models import DeadLetter, OutboxMessage, OutboxState
 
-from . import dialects, leases
-from .dead_letters import pending_fields, return_to_pending, settle_replayed
+from . import dead_letters, dialects, leases
+from .jobs import enqueue_many
 from .leases import OUTBOX, expired_entry
 from .postgresql import OUTBOX_NOTIFY_CHANNEL
 from .sql_common import OUTBOX_MARK_PUBLISHED
@@ -62,7 +62,7 @@ def enqueue_jobs(news, *, now: datetime | None = None, using: str = "default") -
     Runs in the caller's transaction (the one that marks the messages published).
     """
     if news:
-        dialects.of(using).outbox_insert_jobs(connections[using], list(news), now or timezone.now())
+        enqueue_many(news, now=now, using=using)
 
 
 def claim(
@@ -151,7 +151,7 @@ def mark_published(
                 if letter_id is not None:
                     letters.append(letter_id)
         if letters:
-            settle_replayed(using, pk__in=letters)
+            dead_letters.settle_replayed(using, pk__in=letters)
     return marked
 
 
@@ -203,32 +203,28 @@ def bury(
         if not OUTBOX.kill(message, errors, now=now, using=using):
             return None
         message.errors = errors
-        fields = pending_fields(
-            error, attempts=message.attempts, max_attempts=max_attempts, now=now
+        letter = dead_letters.bury(
+            dead_letters.Burial(
+                error,
+                attempts=message.attempts,
+                now=now,
+                # Died again after a replay (the letter stays linked to its message).
+                replayed=message.dead_letter_id,
+                renewed=("max_attempts",),
+                letter=dead_letters.NewLetter(
+                    source=SOURCE,
+                    task_path=f"outbox:{message.topic}",
+                    queue_name=SOURCE,
+                    args=[],
+                    kwargs=message.payload,
+                    idempotency_key=message.message_id,
+                    max_attempts=max_attempts,
+                    errors=errors,
+                ),
+            ),
+            using=using,
         )
-        letter = None
-        if message.dead_letter_id:
-            letter = (
-                DeadLetter.objects.using(using)
-                .select_for_update()
-                .filter(pk=message.dead_letter_id)
-                .first()
-            )
-        if letter is not None:
-            # Died again after a replay.
-            return_to_pending(letter, fields, errors, using=using)
-        else:
-            letter = DeadLetter.objects.using(using).create(
-                source=SOURCE,
-                task_path=f"outbox:{message.topic}",
-                queue_name=SOURCE,
-                args=[],
-                kwargs=message.payload,
-                idempotency_key=message.message_id,
-                errors=errors,
-                first_failed_at=datetime.fromisoformat(errors[0]["at"]),
-                **fields,
-            )
+        if message.dead_letter_id != letter.pk:
             OutboxMessage.objects.using(using).filter(pk=message.pk).update(dead_letter=letter)
             message.dead_letter = letter
     return letter

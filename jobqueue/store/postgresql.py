@@ -212,14 +212,81 @@ INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
     attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
-    concurrency_key, concurrency_limit
+    concurrency_key, concurrency_limit, replayed_from_id, ordering_position
 ) VALUES (
-    %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s
+    %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s,
+    %s, %s
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id
 """
+
+# Keyed jobs of a batch in one statement (a keyed insert per job was 80% of the outbox relay's
+# time, whose fan-out is keyed): the columns as arrays, the rows inserted in their order, so of
+# two with one key the first goes in and the second is the no-op. Only inserted rows come back:
+# each with its key, to tell which.
+INSERT_KEYED_MANY = """
+INSERT INTO jobqueue_job (
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
+    attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
+    concurrency_key, concurrency_limit, replayed_from_id, ordering_position
+)
+SELECT v.task_path, v.queue_name, v.priority, v.backend, v.args::jsonb, v.kwargs::jsonb,
+       v.idempotency_key, 'ready', v.run_after, 0, v.max_attempts, '[]', %(now)s, '[]',
+       v.ordering_key, v.ordering_on_dead, v.concurrency_key, v.concurrency_limit,
+       v.replayed_from_id, v.ordering_position
+FROM unnest(
+    %(task_path)s::text[], %(queue_name)s::text[], %(priority)s::smallint[],
+    %(backend)s::text[], %(args)s::text[], %(kwargs)s::text[], %(idempotency_key)s::text[],
+    %(run_after)s::timestamptz[], %(max_attempts)s::integer[], %(ordering_key)s::text[],
+    %(ordering_on_dead)s::text[], %(concurrency_key)s::text[], %(concurrency_limit)s::integer[],
+    %(replayed_from_id)s::bigint[], %(ordering_position)s::bigint[]
+) WITH ORDINALITY AS v(
+    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, run_after,
+    max_attempts, ordering_key, ordering_on_dead, concurrency_key, concurrency_limit,
+    replayed_from_id, ordering_position, n
+)
+ORDER BY v.n
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
+DO NOTHING
+RETURNING id, idempotency_key
+"""
+_KEYED_COLUMNS = (
+    "task_path", "queue_name", "priority", "backend", "idempotency_key", "run_after",
+    "max_attempts", "ordering_key", "ordering_on_dead", "concurrency_key", "concurrency_limit",
+    "replayed_from_id", "ordering_position",
+)  # fmt: skip
+
+
+def insert_keyed(connection, jobs, *, now) -> list[int | None]:
+    """Ready jobs with an idempotency key; per job its id, or None where a live job (an
+    earlier one of these included) holds its key. One job: plain parameters (arrays cost more
+    to quote); more: INSERT_KEYED_MANY."""
+    with connection.cursor() as cursor:
+        if len(jobs) == 1:
+            [j] = jobs
+            cursor.execute(
+                INSERT_KEYED,
+                [
+                    j.task_path, j.queue_name, j.priority, j.backend, *j.encoded_payload,
+                    j.idempotency_key, j.run_after, j.max_attempts, j.enqueued_at,
+                    j.ordering_key, j.ordering_on_dead, j.concurrency_key, j.concurrency_limit,
+                    j.replayed_from_id, j.ordering_position,
+                ],
+            )  # fmt: skip
+            row = cursor.fetchone()
+            return [row[0] if row else None]
+        params = {name: [getattr(j, name) for j in jobs] for name in _KEYED_COLUMNS}
+        params["args"] = [j.encoded_payload[0] for j in jobs]
+        params["kwargs"] = [j.encoded_payload[1] for j in jobs]
+        cursor.execute(INSERT_KEYED_MANY, {**params, "now": now})
+        inserted = dict(cursor.fetchall())
+    by_key = {key: job_id for job_id, key in inserted.items()}
+    ids = []
+    for j in jobs:  # a key's first job took the id; a later one of the same key is a no-op
+        ids.append(by_key.pop(j.idempotency_key, None))
+    return ids
 
 
 # One statement per chunk: the rows as one JSON document of arrays, composed from the payloads'
@@ -667,25 +734,6 @@ WHERE m.id = picked.id
 RETURNING {OUTBOX_ROWS.columns("m")}
 """
 
-# The `jobs` destination's fan-out: every job of a batch in one statement (a keyed insert per job
-# was 80% of the relay's time). Same conflict target as INSERT_KEYED, so a job that already holds
-# the key (a republish) makes the row a no-op.
-OUTBOX_INSERT_JOBS = """
-INSERT INTO jobqueue_job (
-    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state,
-    run_after, attempts, max_attempts, worker_ids, enqueued_at, errors
-)
-SELECT v.task_path, v.queue_name, v.priority, v.backend, v.args::jsonb, v.kwargs::jsonb,
-       v.idempotency_key, 'ready', %(now)s, 0, v.max_attempts, '[]', %(now)s, '[]'
-FROM unnest(
-    %(task_paths)s::text[], %(queue_names)s::text[], %(priorities)s::smallint[],
-    %(backends)s::text[], %(args)s::text[], %(kwargs)s::text[], %(keys)s::text[],
-    %(max_attempts)s::integer[]
-) AS v(task_path, queue_name, priority, backend, args, kwargs, idempotency_key, max_attempts)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
-DO NOTHING
-"""
-
 
 def outbox_insert(connection, params) -> int:
     sql = OUTBOX_INSERT.format(serialize=OUTBOX_SERIALIZE if params["key"] is not None else "")
@@ -700,38 +748,3 @@ def outbox_claim(connection, params) -> list[OutboxMessage]:
     with connection.cursor() as cursor:
         cursor.execute(OUTBOX_CLAIM, params)
         return OUTBOX_ROWS.read(connection, cursor.fetchall())
-
-
-def outbox_insert_jobs(connection, news, now) -> None:
-    from .payloads import dumps
-
-    # No check_payload here: the payload passed publish()'s size check, and each message's jobs
-    # share one serialisation.
-    rows, dumped = [], {}
-    for n in news:
-        kwargs = dumped.get(id(n.kwargs))
-        if kwargs is None:
-            kwargs = dumped[id(n.kwargs)] = dumps(n.kwargs)
-        rows.append(
-            (
-                n.task_path,
-                n.queue_name,
-                n.priority,
-                n.backend,
-                dumps(list(n.args)) if n.args else "[]",
-                kwargs,
-                n.idempotency_key,
-                n.max_attempts,
-            )
-        )
-    columns = list(zip(*rows, strict=True))
-    names = (
-        "task_paths", "queue_names", "priorities", "backends", "args", "kwargs", "keys",
-        "max_attempts",
-    )  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute(
-            OUTBOX_INSERT_JOBS,
-            {"now": now, **dict(zip(names, map(list, columns), strict=True))},
-        )
-    notify(connection, {n.queue_name for n in news})

@@ -115,12 +115,46 @@ INSERT_KEYED = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
     attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
-    concurrency_key, concurrency_limit
-) VALUES (%s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s)
+    concurrency_key, concurrency_limit, replayed_from_id, ordering_position
+) VALUES (
+    %s, %s, %s, %s, %s, %s, %s, 'ready', %s, 0, %s, '[]', %s, '[]', %s, %s, %s, %s, %s, %s
+)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id
 """
+
+
+def _keyed_row(connection, job) -> list:
+    return [
+        job.task_path,
+        job.queue_name,
+        job.priority,
+        job.backend,
+        *job.encoded_payload,
+        job.idempotency_key,
+        _ts(connection, job.run_after),
+        job.max_attempts,
+        _ts(connection, job.enqueued_at),
+        job.ordering_key,
+        job.ordering_on_dead,
+        job.concurrency_key,
+        job.concurrency_limit,
+        job.replayed_from_id,
+        job.ordering_position,
+    ]
+
+
+def insert_keyed(connection, jobs, *, now) -> list[int | None]:
+    """Ready jobs with an idempotency key, one statement each (SQLite runs in this process: no
+    round trips to save); per job its id, or None where a live job holds its key."""
+    ids = []
+    with connection.cursor() as cursor:
+        for job in jobs:
+            cursor.execute(INSERT_KEYED, _keyed_row(connection, job))
+            row = cursor.fetchone()
+            ids.append(row[0] if row else None)
+    return ids
 
 
 def _ts(connection, value):
@@ -283,10 +317,3 @@ def outbox_claim(connection, params) -> list[OutboxMessage]:
     with connection.cursor() as cursor:
         cursor.execute(OUTBOX_CLAIM, params)
         return OUTBOX_ROWS.read(connection, cursor.fetchall())
-
-
-def outbox_insert_jobs(connection, news, now) -> None:
-    from .jobs import enqueue_many
-
-    # No round trips to save under SQLite's write lock: the store's own enqueue.
-    enqueue_many(news, now=now, using=connection.alias)

@@ -26,9 +26,10 @@ from jobqueue.models import (
     WorkflowStep,
 )
 
-from . import dialects
-from .dead_letters import pending_fields
+from . import dead_letters, dialects
+from .jobs import NewJob, enqueue_many
 from .leases import JOBS
+from .payloads import dumps
 
 
 def root_id(job: Job, using: str) -> int:
@@ -176,41 +177,43 @@ def bury_item(
     using: str,
 ) -> DeadLetter:
     """A batch item that failed: a dead job of the batch's item task with the item as its one
-    argument, and its dead letter, so an operator can replay the item alone as a job."""
-    job = Job.objects.using(using).create(
-        task_path=task_path,
-        queue_name=queue_name,
-        backend=backend,
-        args=[item],
-        kwargs={},
-        state=JobState.DEAD,
-        run_after=now,
-        attempts=1,
-        max_attempts=1,
-        enqueued_at=now,
-        started_at=now,
-        last_attempted_at=now,
-        finished_at=now,
-        errors=[error],
-    )
-    fields = pending_fields(
-        error,
-        attempts=1,
+    argument, and its dead letter, so an operator can replay the item alone as a job (whose
+    death, should the replay die too, returns this letter to pending: jobqueue.store.jobs)."""
+    [(job, _)] = enqueue_many(
+        [
+            NewJob(
+                task_path=task_path,
+                args=[item],
+                # Not held to the payload limit: the item is already in the workflow's records.
+                encoded=(dumps([item]), "{}"),
+                queue_name=queue_name,
+                backend=backend,
+                max_attempts=1,
+                died=error,
+            )
+        ],
         now=now,
-        last_error=f"batch {batch!r} of workflow {workflow.pk}: {error['message']}",
+        using=using,
     )
-    return DeadLetter.objects.using(using).create(
-        job=job,
-        original_job_id=job.pk,
-        task_path=task_path,
-        queue_name=queue_name,
-        backend=backend,
-        args=[item],
-        kwargs={},
-        max_attempts=1,
-        errors=[error],
-        first_failed_at=now,
-        **fields,
+    return dead_letters.bury(
+        dead_letters.Burial(
+            error,
+            attempts=1,
+            now=now,
+            last_error=f"batch {batch!r} of workflow {workflow.pk}: {error['message']}",
+            letter=dead_letters.NewLetter(
+                job_id=job.pk,
+                original_job_id=job.pk,
+                task_path=task_path,
+                queue_name=queue_name,
+                backend=backend,
+                args=[item],
+                max_attempts=1,
+                errors=[error],
+                first_failed_at=now,
+            ),
+        ),
+        using=using,
     )
 
 

@@ -36,14 +36,14 @@ from datetime import datetime
 from enum import Enum
 
 from django.core import signing
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from jobqueue import conf
 from jobqueue.loop import FaultPoints
 from jobqueue.models import DeadLetter, DeadLetterState
 
-from ..dead_letters import pending_fields, return_to_pending
+from .. import dead_letters
 from ..payloads import MAX_MESSAGE_CHARS, loads, storable_text
 from . import BaseSource, Description, Replayed
 
@@ -203,26 +203,31 @@ def mirror(source: str, seen: Seen, *, now: datetime, using: str) -> tuple[DeadL
     Returns (its letter, whether this call wrote it); the letter is one whose copy `seen` now
     is. Idempotent: seeing it again writes nothing."""
     error = seen.errors[-1] if seen.errors else error_entry("dead-lettered", now)
-    fields = pending_fields(error, attempts=seen.attempts, now=now)
     rows = DeadLetter.objects.using(using).select_for_update().filter(source=source)
     with transaction.atomic(using=using):
         letter = rows.filter(idempotency_key=seen.identity).first()
         if letter is not None:
             adopt(letter, seen, using=using)
             return letter, False
+        replayed = None
         if seen.claim is not None:
-            letter = rows.filter(pk=seen.claim[0]).first()
-            if letter is not None and died_again(letter, seen):
-                # Its new identity (a new message at the broker) is the one to settle.
-                fields["idempotency_key"] = seen.identity
-                return return_to_pending(letter, fields, [error], using=using), True
-        if seen.former:
+            claimed = rows.filter(pk=seen.claim[0]).first()
+            if claimed is not None and died_again(claimed, seen):
+                replayed = claimed
+        if replayed is None and seen.former:
             letter = rows.filter(idempotency_key=seen.former, message_digest="").first()
             if letter is not None and adopt(letter, seen, using=using):
                 return letter, False
-        try:
-            with transaction.atomic(using=using):
-                letter = DeadLetter.objects.using(using).create(
+        letter = dead_letters.bury(
+            dead_letters.Burial(
+                error,
+                attempts=seen.attempts,
+                now=now,
+                replayed=replayed,
+                appended=[error],
+                # Its new identity (a new message at the broker) is the one to settle.
+                renewed=("idempotency_key",),
+                letter=dead_letters.NewLetter(
                     source=source,
                     task_path=seen.task_path[:255],
                     queue_name=seen.queue_name[:100],
@@ -234,11 +239,12 @@ def mirror(source: str, seen: Seen, *, now: datetime, using: str) -> tuple[DeadL
                     max_attempts=max(seen.attempts, 1),
                     errors=seen.errors,
                     first_failed_at=seen.first_failed_at,
-                    **fields,
-                )
-        except IntegrityError:
-            return None, False  # a concurrent sync recorded it
-    return letter, True
+                    contested=True,  # a concurrent sync may record it first
+                ),
+            ),
+            using=using,
+        )
+    return letter, letter is not None
 
 
 def settle_replayed(pk: int, *, ref: str | None, using: str) -> None:
@@ -264,8 +270,17 @@ def replay_refused(source: str, pk: int, reason: str, *, now: datetime, using: s
         if letter is not None:
             error = error_entry(reason, now, attempt=letter.attempts, kind=f"{source}.refused")
             error["worker_id"] = source
-            fields = pending_fields(error, attempts=letter.attempts, now=now)
-            return_to_pending(letter, fields, [error], using=using)
+            dead_letters.bury(
+                dead_letters.Burial(
+                    error,
+                    attempts=letter.attempts,
+                    now=now,
+                    letter=None,
+                    replayed=letter,
+                    appended=[error],
+                ),
+                using=using,
+            )
 
 
 def error_entry(message: str, at: datetime, *, attempt: int = 0, kind: str = "") -> dict:

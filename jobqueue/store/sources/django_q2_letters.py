@@ -26,13 +26,13 @@ import re
 import reprlib
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from jobqueue.models import DeadLetter, DeadLetterState
 
-from ..dead_letters import pending_fields, return_to_pending, settle_replayed
+from .. import dead_letters
 from ..payloads import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, storable_text
 from . import BaseSource, Description, Link, Made, Replayed
 
@@ -135,7 +135,7 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
     now = now or timezone.now()
     if task.get("success"):
         with transaction.atomic():
-            updated = settle_replayed(source=SOURCE, replay_ref=task["id"])
+            updated = dead_letters.settle_replayed(source=SOURCE, replay_ref=task["id"])
         return updated or None
     if row is None or row.success or not is_terminal(task, row.attempt_count, max_attempts):
         return None
@@ -149,29 +149,28 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
         "message": storable_text(message, MAX_MESSAGE_CHARS),
         "traceback": storable_text(tb, MAX_TRACEBACK_CHARS),
     }
-    fields = pending_fields(
-        error,
-        attempts=row.attempt_count,
-        max_attempts=max(max_attempts, row.attempt_count),
-        last_error=error["message"] or error_class or "failed",
-        now=now,
-    )
     with transaction.atomic():
-        letter = (
+        replayed = (
             DeadLetter.objects.select_for_update().filter(source=SOURCE, replay_ref=row.id).first()
         )
-        if letter is not None:
-            if letter.state != DeadLetterState.REPLAYING:
-                return None  # this replay's death is recorded already
-            return return_to_pending(letter, fields, [error], using="default")
-        if DeadLetter.objects.filter(source=SOURCE, idempotency_key=row.id).exists():
+        if replayed is not None and replayed.state != DeadLetterState.REPLAYING:
+            return None  # this replay's death is recorded already
+        if replayed is None and (
+            DeadLetter.objects.filter(source=SOURCE, idempotency_key=row.id).exists()
+        ):
             return None
         # django-q2 keeps the task's first start and last stop, no per-attempt times: a single
         # attempt failed at `stopped`; after retries the first failure is bounded by `started`.
         first_failed = stopped if row.attempt_count <= 1 else (row.started or stopped)
-        try:
-            with transaction.atomic():
-                return DeadLetter.objects.create(
+        return dead_letters.bury(
+            dead_letters.Burial(
+                error,
+                attempts=row.attempt_count,
+                now=now,
+                last_error=error["message"] or error_class or "failed",
+                replayed=replayed,
+                renewed=("max_attempts",),
+                letter=dead_letters.NewLetter(
                     source=SOURCE,
                     task_path=row.func[:255],
                     queue_name=(row.cluster or cluster)[:100],
@@ -179,12 +178,13 @@ def record(task: dict, row, *, max_attempts: int, cluster: str, now: datetime | 
                     args=as_json(list(row.args or ())),
                     kwargs=as_json(dict(row.kwargs or {})),
                     idempotency_key=row.id,
+                    max_attempts=max(max_attempts, row.attempt_count),
                     errors=[error],
                     first_failed_at=first_failed,
-                    **fields,
-                )
-        except IntegrityError:
-            return None  # a concurrent save of the same failure won
+                    contested=True,  # a concurrent save of the same failure may win
+                ),
+            )
+        )
 
 
 # --- the source -------------------------------------------------------------------------

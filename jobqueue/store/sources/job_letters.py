@@ -4,12 +4,11 @@ letter settles when that job is acknowledged or dies (jobqueue.store.jobs)."""
 
 from __future__ import annotations
 
-from django.db import connections
-
 from jobqueue.models import Job, JobState
 
-from .. import dialects
 from ..dead_letters import SKIP_KEY_HELD
+from ..jobs import NewJob, enqueue_many
+from ..payloads import dumps
 from . import BaseSource, Replayed
 
 
@@ -58,29 +57,32 @@ class JobLetters(BaseSource):
                 "concurrency_limit",
             )
         }
-        jobs = Job.objects.using(using).bulk_create(
-            [
-                Job(
+        made = enqueue_many(
+            (
+                NewJob(
                     task_path=dl.task_path,
-                    args=payloads[dl.pk][0] if dl.pk in payloads else dl.args,
-                    kwargs=payloads[dl.pk][1] if dl.pk in payloads else dl.kwargs,
+                    args=args,
+                    kwargs=kwargs,
+                    # As stored: the letter's payload was checked when its job went in, an
+                    # edit by replay_edited.
+                    encoded=(dumps(args), dumps(kwargs)),
                     queue_name=dl.queue_name,
                     priority=dl.priority,
                     backend=dl.backend,
                     idempotency_key=dl.idempotency_key,
                     max_attempts=dl.max_attempts,
-                    run_after=now,
-                    enqueued_at=now,
-                    state=JobState.READY,
-                    replayed_from=dl,
+                    replayed_from_id=dl.pk,
                     **_line_of(lines.get(dl.job_id)),
                 )
                 for dl in todo
-            ]
+                for args, kwargs in [payloads.get(dl.pk, (dl.args, dl.kwargs))]
+            ),
+            now=now,
+            using=using,
         )
-        for letter, job in zip(todo, jobs, strict=True):
-            results[letter.pk] = Replayed(job=job)
-        dialects.of(using).notify(connections[using], {job.queue_name for job in jobs})
+        for letter, (job, created) in zip(todo, made, strict=True):
+            # Not created: a job enqueued since the check above holds the key.
+            results[letter.pk] = Replayed(job=job) if created else SKIP_KEY_HELD
         return results
 
     def replay_edited(self, letter, args, kwargs, *, now, using):
