@@ -173,3 +173,35 @@ def workers(tmp_path, transactional_db):
     pool = Processes(tmp_path, "runworker", log_prefix="worker")
     yield pool
     pool.stop_all()
+
+
+class Burials(list):
+    """(burial, the letter it wrote) for each death recorded through the one bury
+    (jobqueue.store.dead_letters.bury) while a test runs."""
+
+    def returned(self, letter) -> None:
+        """The latest death was the replay of `letter`, and the one bury returned that very
+        letter to pending (no second letter)."""
+        assert self, "no death went through dead_letters.bury"
+        burial, written = self[-1]
+        replayed = burial.replayed
+        assert replayed is not None, "the death was not recorded as a replay's"
+        assert (replayed if isinstance(replayed, int) else replayed.pk) == letter.pk
+        assert written is not None and written.pk == letter.pk
+        assert written.state == "pending"
+
+
+@pytest.fixture
+def burials(monkeypatch) -> Burials:
+    """Spy on the one bury: every source calls it as `dead_letters.bury`, so this sees them all."""
+    from jobqueue.store import dead_letters
+
+    seen, real = Burials(), dead_letters.bury
+
+    def bury(burial, **options):
+        written = real(burial, **options)
+        seen.append((burial, written))
+        return written
+
+    monkeypatch.setattr(dead_letters, "bury", bury)
+    return seen

@@ -168,7 +168,7 @@ def test_replay_lands_each_message_once_on_its_queue_and_settles_the_letter(topo
     assert dead_letters.replay([a.pk]).skipped == {a.pk: "already replayed successfully"}
 
 
-def test_a_replay_that_dies_again_returns_its_letter_to_pending(topology):
+def test_a_replay_that_dies_again_returns_its_letter_to_pending(topology, burials):
     dead(topology, "flaky")
     source().sync()
     (letter,) = letters()
@@ -180,6 +180,7 @@ def test_a_replay_that_dies_again_returns_its_letter_to_pending(topology):
     round_ = source().sync()
 
     assert round_.returned == 1 and round_.mirrored == 0
+    burials.returned(letter)
     (letter,) = letters()
     assert (letter.state, letter.replays, letter.attempts) == (DeadLetterState.PENDING, 1, 2)
     assert len(letter.errors) == 2

@@ -265,7 +265,7 @@ def test_replay_sends_the_message_back_once_and_empties_the_dlq(sqs, queues, sou
     assert source.sync().seen == 0
 
 
-def test_a_replay_that_dies_again_returns_the_same_letter(sqs, queues, source):
+def test_a_replay_that_dies_again_returns_the_same_letter(sqs, queues, source, burials):
     body = json.dumps({"order": uuid.uuid4().hex})
     dead_one(sqs, queues, body)
     source.sync()
@@ -276,6 +276,7 @@ def test_a_replay_that_dies_again_returns_the_same_letter(sqs, queues, source):
     assert fail_until_dead(sqs, queues, received_before=1) == {copy["MessageId"]: 4}
     returned = source.sync()
     assert (returned.seen, returned.mirrored, returned.returned) == (1, 0, 1)
+    burials.returned(letter)
     assert [each.pk for each in sqs_letters()] == [letter.pk]
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.PENDING

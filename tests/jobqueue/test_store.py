@@ -342,11 +342,12 @@ def test_replayed_job_done_marks_the_letter_replayed():
     assert store.replay([letter.pk]).skipped == {letter.pk: store.SKIP_REASONS["replayed"]}
 
 
-def test_replayed_job_that_dies_again_returns_the_same_letter_to_pending():
+def test_replayed_job_that_dies_again_returns_the_same_letter_to_pending(burials):
     letter = dead_letter_from_worker()
     store.replay([letter.pk])
     [job] = claim(timezone.now())
     assert store.fail(job, error(job, timezone.now(), "still down"), retry_at=None)
+    burials.returned(letter)
     assert DeadLetter.objects.count() == 1
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.PENDING and letter.replays == 1

@@ -149,13 +149,14 @@ def test_replay_republishes_the_same_message_and_tracks_its_letter():
     assert letter.state == DeadLetterState.REPLAYED
 
 
-def test_a_replayed_message_that_dies_again_returns_to_its_letter():
+def test_a_replayed_message_that_dies_again_returns_to_its_letter(burials):
     publish()
     [message] = claim(at(0))
     letter = outbox_store.bury(message, error(message, at(0), "first"), max_attempts=3, now=at(0))
     store.replay([letter.pk], now=at(1))
     [again] = claim(at(1))
     outbox_store.bury(again, error(again, at(2), "second"), max_attempts=3, now=at(2))
+    burials.returned(letter)
     assert DeadLetter.objects.count() == 1
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.PENDING and letter.replays == 1

@@ -200,7 +200,7 @@ def test_replay_enqueues_from_the_failure_row_and_follows_the_outcome(bridge_on)
     assert ReplayItem.objects.get(run=run).job_outcome == "succeeded"
 
 
-def test_replay_that_dies_again_returns_the_same_letter_to_pending(bridge_on):
+def test_replay_that_dies_again_returns_the_same_letter_to_pending(bridge_on, burials):
     operator = user_with_role("operator")
     letter = dead_letter()
     run = replay([letter], operator)
@@ -210,6 +210,7 @@ def test_replay_that_dies_again_returns_the_same_letter_to_pending(bridge_on):
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.REPLAYING  # attempt 2 of 3: a retry is coming
     save(result(pack), result(pack))  # terminal, then saved once more
+    burials.returned(letter)
     letter.refresh_from_db()
     assert (letter.state, letter.replays, letter.attempts) == ("pending", 1, 3)
     assert [e["attempt"] for e in letter.errors] == [1, 3]
