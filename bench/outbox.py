@@ -10,8 +10,8 @@ measures:
 
 1. jobs: real `manage.py runrelay --burst` subprocesses (1, then 2 at once) fanning each message
    out to one subscribed task (one keyed job per message) vs a psycopg loop running only the
-   relay's own statements (claim, mark, unnest INSERT … ON CONFLICT DO NOTHING of the jobs), one
-   transaction per batch;
+   relay's own statements (claim, mark, the keyed unnest INSERT … ON CONFLICT DO NOTHING of the
+   jobs: INSERT_KEYED_MANY), one transaction per batch;
 2. rabbitmq (BENCH_AMQP, default amqp://guest:guest@127.0.0.1:5672/%2F): the relay publishing
    with confirms to a queue vs a raw pika loop with pipelined confirms (claim; basic_publish the
    whole batch on a SelectConnection; wait for the broker's acks; mark), the relay's own scheme;
@@ -162,18 +162,33 @@ def floor_jobs(n: int, batch: int) -> float:
             with conn.transaction():
                 conn.execute(MARK, ([r[0] for r in rows], token))
                 size = len(rows)
+                now = datetime.now(UTC)
                 conn.execute(
-                    postgresql.OUTBOX_INSERT_JOBS,
+                    postgresql.INSERT_KEYED_MANY,
                     {
-                        "now": datetime.now(UTC),
-                        "task_paths": [TASK_PATH] * size,
-                        "queue_names": ["default"] * size,
-                        "priorities": [0] * size,
-                        "backends": ["default"] * size,
+                        "now": now,
+                        "task_path": [TASK_PATH] * size,
+                        "queue_name": ["default"] * size,
+                        "priority": [0] * size,
+                        "backend": ["default"] * size,
                         "args": ["[]"] * size,
                         "kwargs": [json.dumps(payload) for _, payload in rows],
-                        "keys": [f"outbox:{message_id}:{TASK_PATH}" for message_id, _ in rows],
+                        "idempotency_key": [
+                            f"outbox:{message_id}:{TASK_PATH}" for message_id, _ in rows
+                        ],
+                        "run_after": [now] * size,
                         "max_attempts": [5] * size,
+                        **dict.fromkeys(
+                            [
+                                "ordering_key",
+                                "ordering_on_dead",
+                                "concurrency_key",
+                                "concurrency_limit",
+                                "replayed_from_id",
+                                "ordering_position",
+                            ],
+                            [None] * size,
+                        ),
                     },
                 )
             done += len(rows)

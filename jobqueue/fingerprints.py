@@ -11,7 +11,7 @@ A fingerprint hashes three things:
   or an installed package), as its file's last two path parts and the function: where in our
   code it broke, stable across deploys that move lines or directories.
 
-Written with the dead letter (jobqueue.store.dead_letters.pending_fields), and by a migration for
+Written with the dead letter (jobqueue.store.dead_letters.bury), and by a migration for
 letters written before there were fingerprints.
 """
 

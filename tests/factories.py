@@ -77,7 +77,7 @@ class DeadLetterFactory(factory.django.DjangoModelFactory):
     errors = factory.LazyAttribute(
         lambda o: [_error(n, o.error_class, o.last_error) for n in range(1, o.attempts + 1)]
     )
-    # As the store writes it (jobqueue.store.dead_letters.pending_fields).
+    # As the store writes it (jobqueue.store.dead_letters.bury).
     fingerprint = factory.LazyAttribute(
         lambda o: fingerprint(o.error_class, o.last_error, o.traceback)
     )

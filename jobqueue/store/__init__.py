@@ -4,12 +4,14 @@ Every transition is a guarded UPDATE whose row count is checked (jobqueue.store.
 rule once for jobs and outbox messages). Every function takes `now` so tests can inject a clock.
 
 By concern:
-    jobs.py             enqueue, claim, acknowledge, extend, fail, release, sweep
+    jobs.py             enqueue, claim, acknowledge, extend, fail, release, sweep; the one
+                        insert path every job row goes in by (insert_jobs)
     outbox_messages.py  the outbox table's rows: insert, claim, publish, retry, bury, prune
     leases.py           the lease lifecycle both of them follow
-    dead_letters.py     replay (also one letter with an edited payload), discard, and how a
-                        letter is (re)written pending
-    sources/            one module per dead-letter source (jobs, outbox, django-q2)
+    dead_letters.py     replay (also one letter with an edited payload), discard, and the one
+                        bury every source records a death by (a new letter, or a replay's
+                        letter back to pending)
+    sources/            one module per dead-letter source (jobs, outbox, django-q2, brokers)
     workers.py          the worker registry and per-minute counters
     queues.py           queue pause and resume, audited
     deploys.py          deploy markers (a pipeline's, a worker's on a new version), audited

@@ -1,5 +1,7 @@
 """Dead letters: the operations a console calls (replay, discard), and the one way a letter is
-written pending (first death) or returns to pending (its replay died too).
+written pending (first death) or returns to pending (its replay died too): `bury`, which every
+source calls (jobs, outbox messages, workflow items, broker mirrors, django-q2 results) with a
+Burial that says what died and how.
 
 Permission checks and the audit log belong to the caller (deadletters.services), which wraps
 these in its own transaction. Each source (jobqueue.store.sources) replays its own letters;
