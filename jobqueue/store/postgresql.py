@@ -223,49 +223,34 @@ RETURNING id
 """
 
 # Keyed jobs of a batch in one statement (a keyed insert per job was 80% of the outbox relay's
-# time, whose fan-out is keyed): the columns as arrays, the rows inserted in their order, so of
-# two with one key the first goes in and the second is the no-op. Only inserted rows come back:
-# each with its key, to tell which.
+# time, whose fan-out is keyed), their rows as INSERT_MANY's JSON document with the key columns
+# after the payloads (keyed_rows_json), inserted in their order: of two with one key the first
+# goes in and the second is the no-op. Only inserted rows come back, each with its key, to tell
+# which.
 INSERT_KEYED_MANY = """
 INSERT INTO jobqueue_job (
     task_path, queue_name, priority, backend, args, kwargs, idempotency_key, state, run_after,
     attempts, max_attempts, worker_ids, enqueued_at, errors, ordering_key, ordering_on_dead,
     concurrency_key, concurrency_limit, replayed_from_id, ordering_position
 )
-SELECT v.task_path, v.queue_name, v.priority, v.backend, v.args::jsonb, v.kwargs::jsonb,
-       v.idempotency_key, 'ready', v.run_after, 0, v.max_attempts, '[]', %(now)s, '[]',
-       v.ordering_key, v.ordering_on_dead, v.concurrency_key, v.concurrency_limit,
-       v.replayed_from_id, v.ordering_position
-FROM unnest(
-    %(task_path)s::text[], %(queue_name)s::text[], %(priority)s::smallint[],
-    %(backend)s::text[], %(args)s::text[], %(kwargs)s::text[], %(idempotency_key)s::text[],
-    %(run_after)s::timestamptz[], %(max_attempts)s::integer[], %(ordering_key)s::text[],
-    %(ordering_on_dead)s::text[], %(concurrency_key)s::text[], %(concurrency_limit)s::integer[],
-    %(replayed_from_id)s::bigint[], %(ordering_position)s::bigint[]
-) WITH ORDINALITY AS v(
-    task_path, queue_name, priority, backend, args, kwargs, idempotency_key, run_after,
-    max_attempts, ordering_key, ordering_on_dead, concurrency_key, concurrency_limit,
-    replayed_from_id, ordering_position, n
-)
-ORDER BY v.n
+SELECT r->>0, r->>1, (r->>2)::int, r->>3, r->6, r->7, r->>8, 'ready', (r->>4)::timestamptz, 0,
+       (r->>5)::int, '[]', %(now)s, '[]', r->>9, r->>10, r->>11, (r->>12)::int,
+       (r->>13)::bigint, (r->>14)::bigint
+FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, n)
+ORDER BY e.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state = 'dead')
 DO NOTHING
 RETURNING id, idempotency_key
 """
-_KEYED_COLUMNS = (
-    "task_path", "queue_name", "priority", "backend", "idempotency_key", "run_after",
-    "max_attempts", "ordering_key", "ordering_on_dead", "concurrency_key", "concurrency_limit",
-    "replayed_from_id", "ordering_position",
-)  # fmt: skip
 
 
 def insert_keyed(connection, jobs, *, now) -> list[int | None]:
     """Ready jobs with an idempotency key; per job its id, or None where a live job (an
-    earlier one of these included) holds its key. One job: plain parameters (arrays cost more
-    to quote); more: INSERT_KEYED_MANY."""
-    with connection.cursor() as cursor:
-        if len(jobs) == 1:
-            [j] = jobs
+    earlier one of these included) holds its key. One job: plain parameters, as before there
+    was a batch statement; more: INSERT_KEYED_MANY."""
+    if len(jobs) == 1:
+        [j] = jobs
+        with connection.cursor() as cursor:
             cursor.execute(
                 INSERT_KEYED,
                 [
@@ -276,17 +261,11 @@ def insert_keyed(connection, jobs, *, now) -> list[int | None]:
                 ],
             )  # fmt: skip
             row = cursor.fetchone()
-            return [row[0] if row else None]
-        params = {name: [getattr(j, name) for j in jobs] for name in _KEYED_COLUMNS}
-        params["args"] = [j.encoded_payload[0] for j in jobs]
-        params["kwargs"] = [j.encoded_payload[1] for j in jobs]
-        cursor.execute(INSERT_KEYED_MANY, {**params, "now": now})
-        inserted = dict(cursor.fetchall())
-    by_key = {key: job_id for job_id, key in inserted.items()}
-    ids = []
-    for j in jobs:  # a key's first job took the id; a later one of the same key is a no-op
-        ids.append(by_key.pop(j.idempotency_key, None))
-    return ids
+        return [row[0] if row else None]
+    rows = fetch(connection, INSERT_KEYED_MANY, {"now": now, "rows": keyed_rows_json(jobs)})
+    by_key = {key: job_id for job_id, key in rows}
+    # A key's first job took the id; a later one of the same key is a no-op.
+    return [by_key.pop(j.idempotency_key, None) for j in jobs]
 
 
 # One statement per chunk: the rows as one JSON document of arrays, composed from the payloads'
@@ -411,7 +390,7 @@ def _preparing(connection):
     return raw
 
 
-def rows_json(jobs) -> str:
+def rows_json(jobs, *, keyed=False) -> str:
     """The chunk's rows as INSERT_MANY's JSON array: per job [task, queue, priority, backend,
     run_after, max_attempts, args, kwargs]. Payloads go in as the JSON text check_payload made;
     what rows share (a bulk enqueue is one task: same task, queue, backend, priority, time and
@@ -428,11 +407,44 @@ def rows_json(jobs) -> str:
             )
         return text
 
+    if not keyed:
+        return (
+            "["
+            + ",".join(f"{head(j)}{j.encoded_payload[0]},{j.encoded_payload[1]}]" for j in jobs)
+            + "]"
+        )
     return (
         "["
-        + ",".join(f"{head(j)}{j.encoded_payload[0]},{j.encoded_payload[1]}]" for j in jobs)
+        + ",".join(
+            f"{head(j)}{j.encoded_payload[0]},{j.encoded_payload[1]},{_key_columns(j)}]"
+            for j in jobs
+        )
         + "]"
     )
+
+
+def keyed_rows_json(jobs) -> str:
+    """INSERT_KEYED_MANY's rows: INSERT_MANY's, then per job its idempotency key, ordering key,
+    ordering on dead, concurrency key and limit, the letter it replays and its ordering place."""
+    return rows_json(jobs, keyed=True)
+
+
+_NO_LINE = ",null" * 6  # a keyed job of no ordering or concurrency key, of no replay (most)
+
+
+def _key_columns(j) -> str:
+    key = json.dumps(j.idempotency_key)
+    if j.ordering_key is None and j.concurrency_key is None and j.replayed_from_id is None:
+        return key + _NO_LINE
+    rest = (
+        j.ordering_key,
+        j.ordering_on_dead,
+        j.concurrency_key,
+        j.concurrency_limit,
+        j.replayed_from_id,
+        j.ordering_position,
+    )
+    return ",".join([key, *map(json.dumps, rest)])
 
 
 # The common case, one job: plain parameters (array parameters cost more to quote).
