@@ -161,36 +161,15 @@ def floor_jobs(n: int, batch: int) -> float:
                 break
             with conn.transaction():
                 conn.execute(MARK, ([r[0] for r in rows], token))
-                size = len(rows)
                 now = datetime.now(UTC)
-                conn.execute(
-                    postgresql.INSERT_KEYED_MANY,
-                    {
-                        "now": now,
-                        "task_path": [TASK_PATH] * size,
-                        "queue_name": ["default"] * size,
-                        "priority": [0] * size,
-                        "backend": ["default"] * size,
-                        "args": ["[]"] * size,
-                        "kwargs": [json.dumps(payload) for _, payload in rows],
-                        "idempotency_key": [
-                            f"outbox:{message_id}:{TASK_PATH}" for message_id, _ in rows
-                        ],
-                        "run_after": [now] * size,
-                        "max_attempts": [5] * size,
-                        **dict.fromkeys(
-                            [
-                                "ordering_key",
-                                "ordering_on_dead",
-                                "concurrency_key",
-                                "concurrency_limit",
-                                "replayed_from_id",
-                                "ordering_position",
-                            ],
-                            [None] * size,
-                        ),
-                    },
+                head = f'["{TASK_PATH}","default",0,"default","{now.isoformat()}",5,[],'
+                document = ",".join(
+                    f'{head}{json.dumps(payload)},"outbox:{message_id}:{TASK_PATH}"'
+                    + ",null" * 6
+                    + "]"
+                    for message_id, payload in rows
                 )
+                conn.execute(postgresql.INSERT_KEYED_MANY, {"now": now, "rows": f"[{document}]"})
             done += len(rows)
     assert done == n, f"floor published {done} of {n}"
     return n / (time.monotonic() - started)
