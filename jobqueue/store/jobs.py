@@ -67,7 +67,7 @@ class NewJob:
     replayed_from_id: int | None = None
     ordering_position: int | None = None
     # A job that goes in dead, having failed once with this error entry (a workflow batch's bad
-    # item, which an operator replays from its letter); it may have no key of any kind.
+    # item, which an operator replays from its letter); it holds no key of any kind.
     died: dict | None = None
 
 
@@ -90,8 +90,8 @@ def enqueue_many(
     jobs is sent without waiting for the one before (pipeline mode), so the server inserts one
     batch while the next is built. So the iterable must not use the database itself (it would
     run inside the pipeline); whatever it raises part-way rolls the call back: nothing is
-    written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one statement
-    each (ON CONFLICT DO NOTHING on the live-key index)."""
+    written. Keyless jobs go in as one multi-row INSERT per batch; keyed ones one statement per
+    batch on PostgreSQL, one each on SQLite (ON CONFLICT DO NOTHING on the live-key index)."""
     now = now or timezone.now()
     return insert_jobs(((_job_from(n, now), n.unique) for n in news), now=now, using=using)
 
