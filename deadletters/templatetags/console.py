@@ -2,6 +2,7 @@
 console never reverses a URL name it does not own, so it renders in any project, mounted at any
 prefix), and the one way every page writes a time."""
 
+import re
 from datetime import UTC, datetime
 
 from django import template
@@ -10,7 +11,8 @@ from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from deadletters import conf
 
@@ -36,6 +38,38 @@ def admin_url(name: str, *args) -> str | None:
         return reverse(f"admin:{name}", args=args)
     except NoReverseMatch:
         return None
+
+
+# --- identifiers ---------------------------------------------------------------------------
+# Dotted paths, CamelCase classes, snake_case names and worker ids have no spaces, so a narrow
+# cell either breaks them anywhere (`PermanentEr|ror`) or overflows. They get a break
+# opportunity (<wbr>) after each separator and between the words of a CamelCase name, and are
+# styled (code.ident) to break nowhere else.
+
+_IDENT_BREAKS = re.compile(
+    r"(?<=[./:_@,])(?=.)"  # after a separator
+    r"|(?<=[a-z0-9])(?=[A-Z])"  # sendReceipt, PermanentError
+    r"|(?<=[A-Z])(?=[A-Z][a-z])"  # HTTPError → HTTP|Error
+)
+
+
+def ident_html(value) -> str:
+    """`value` escaped, a <wbr> at each place an identifier may break."""
+    return "<wbr>".join(escape(part) for part in _IDENT_BREAKS.split(str(value)))
+
+
+@register.filter
+def ident(value):
+    """An identifier as `<code class="ident">`, breakable only between its segments."""
+    if value in (None, ""):
+        return "—"
+    return mark_safe(f'<code class="ident">{ident_html(value)}</code>')
+
+
+@register.filter
+def breakable(value):
+    """An identifier's text with its break opportunities, for inside a link or a heading."""
+    return mark_safe(ident_html(value))
 
 
 # --- time ---------------------------------------------------------------------------------

@@ -150,12 +150,14 @@ def test_a_jobs_page_of_b_reads_the_job_its_letter_and_its_history_from_b(two_ba
     page = client.get(job_url(there.pk, "b"))
     assert page.status_code == 200
     assert page.context["job"]._state.db == B and page.context["job"].task_path == "away.task"
-    assert b"away.task" in page.content and b"home.task" not in page.content
+    # Identifiers carry <wbr> break points (the ident filter).
+    content = page.content.replace(b"<wbr>", b"")
+    assert b"away.task" in content and b"home.task" not in content
     assert b"from b" in page.content
     assert b'<input type="hidden" name="backend" value="b">' in page.content
     assert f'href="{JOBS}?backend=b"'.encode() in page.content
     mine = client.get(job_url(here.pk))
-    assert b"home.task" in mine.content and b"from b" not in mine.content
+    assert b"home.<wbr>task" in mine.content and b"from b" not in mine.content
     only_b = JobB(task_path="away.task")
     assert client.get(job_url(only_b.pk, "b")).status_code == 200
     if not Job.objects.filter(pk=only_b.pk).exists():

@@ -93,7 +93,7 @@ def test_the_job_page_shows_attempts_links_and_a_redacted_escaped_payload(viewer
     job.save()
     replay = JobFactory(replayed_from=letter)
     page = viewer_client.get(f"{URL}{job.pk}/")
-    body = page.content.decode()
+    body = page.content.decode().replace("<wbr>", "")  # identifiers' break points
     assert page.status_code == 200
     assert "hunter2" not in body and "&lt;b&gt;bold&lt;/b&gt;" in body
     assert "&lt;script&gt;x&lt;/script&gt;" in body and "<script>x" not in body

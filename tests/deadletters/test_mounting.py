@@ -39,7 +39,8 @@ def test_every_page_renders_under_a_prefix_without_host_url_names(bare_host, ope
     done = operator_client.post(preview["Location"], {"reason": "API back"})
     run = ReplayRun.objects.get()
     assert done["Location"] == f"/ops/jobs/runs/{run.pk}/"
-    assert "shop.receipt" in operator_client.get(done["Location"]).content.decode()
+    ledger = operator_client.get(done["Location"]).content.decode()
+    assert "shop.receipt" in ledger.replace("<wbr>", "")  # identifiers' break points
 
 
 def test_anonymous_visitors_go_to_the_hosts_login_url(bare_host, client):

@@ -68,7 +68,8 @@ def test_the_health_page_shows_each_tasks_percentiles_of_the_last_hour(viewer_cl
         "1", "1.8 ms", "2.4 ms", "2.5 ms", "0.5 ms", "0.9 ms", "1.0 ms",
     ]  # fmt: skip
     link = reverse("deadletters:task-timing", args=["shop.send_receipt"])
-    assert f'<a href="{link}?window=1h"><code>shop.send_receipt</code></a>' in section
+    code = '<code class="ident">shop.<wbr>send_<wbr>receipt</code>'
+    assert f'<a href="{link}?window=1h">{code}</a>' in section
     assert '<strong aria-current="true">1h</strong>' in section
     run = re.search(r'data-kind="run-time">(.*?)</figure>', section, re.S).group(1)
     assert '<strong class="attempts">11</strong>' in run
@@ -111,7 +112,7 @@ def test_a_tasks_page_shows_its_histograms_per_queue(viewer_client, rollups):
     response = viewer_client.get(url, {"window": "24h"})
     assert response.status_code == 200
     html = response.content.decode()
-    assert "<h1>Timing of <code>shop.send_receipt</code></h1>" in html
+    assert '<h1>Timing of <code class="ident">shop.<wbr>send_<wbr>receipt</code></h1>' in html
     queues = re.findall(r'<section class="queue-timing" data-queue="([^"]+)">', html)
     assert queues == ["bulk", "default"]
     default = html.split('data-queue="default">')[-1]

@@ -128,7 +128,7 @@ def test_the_page_shows_each_step_in_order_with_results_errors_waits_and_a_batch
 
     response = viewer_client.get(page_of(wf.pk))
     assert response.status_code == 200
-    content = response.content.decode()
+    content = response.content.decode().replace("<wbr>", "")  # identifiers' break points
     heading = re.search(r"<h1>(.*?)</h1>", content)[1]
     assert re.fullmatch(rf'Workflow {wf.pk} <span class="state [^"]*">waiting</span>', heading)
     assert "shop.onboard" in content

@@ -157,7 +157,7 @@ def test_dashboard_shows_the_figures_to_viewers_only(client, fixture_data, djang
     page = client.get("/").content.decode()
     assert 'data-figure="ready">4<' in page
     # The silent worker is flagged, its row and its id.
-    assert '<code>gone</code> <span class="badge danger">lost</span>' in page
+    assert '<code class="ident">gone</code> <span class="badge danger">lost</span>' in page
     assert page.count('<tr class="lost">') == 1
     assert "Completed per minute" in page and "<svg" in page
     partial = client.get("/", headers={"HX-Request": "true"}).content.decode()
