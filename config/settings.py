@@ -161,7 +161,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "deadletters:overview"  # signing in at the sign-in page itself
+LOGIN_REDIRECT_URL = "deadletters:health"  # signing in at the sign-in page: the brand's page
 LOGOUT_URL = "logout"  # the console's "Log out" posts here (no setting: no button)
 LOGOUT_REDIRECT_URL = "login"
 

@@ -40,6 +40,40 @@ def admin_url(name: str, *args) -> str | None:
         return None
 
 
+# --- navigation --------------------------------------------------------------------------
+# The top bar's sections: label, URL name (and query), the key after "g" that goes there
+# (console.js), and the console's URL names that belong to the section, so the page one is on
+# is marked aria-current="page".
+
+NAV = (
+    ("Health", "health", "", "h", {"health", "task-timing", "dashboard"}),
+    ("Overview", "overview", "", "o", {"overview"}),
+    ("Jobs", "jobs", "", "j", {"jobs", "job", "job-confirm"}),
+    ("Workflows", "workflows", "", "w", {"workflows", "workflow"}),
+    ("Schedules", "schedules", "", "s", {"schedules"}),
+    ("Dead letters", "list", "?state=pending", "l", {"list", "detail", "edit", "confirm", "run"}),
+    ("Audit log", "audit", "", "a", {"audit"}),
+    ("API tokens", "tokens", "", "t", {"tokens"}),
+)
+
+
+@register.simple_tag(takes_context=True)
+def nav_links(context) -> list[dict]:
+    request = context.get("request")
+    match = getattr(request, "resolver_match", None)
+    # The host may mount the health page at its root too (config/urls.py's "dashboard").
+    here = match.url_name if match and match.namespace in ("deadletters", "") else None
+    return [
+        {
+            "label": label,
+            "url": reverse(f"deadletters:{name}") + query,
+            "key": key,
+            "current": here in names,
+        }
+        for label, name, query, key, names in NAV
+    ]
+
+
 # --- identifiers ---------------------------------------------------------------------------
 # Dotted paths, CamelCase classes, snake_case names and worker ids have no spaces, so a narrow
 # cell either breaks them anywhere (`PermanentEr|ror`) or overflows. They get a break

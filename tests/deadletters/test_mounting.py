@@ -87,10 +87,13 @@ def test_logging_out_without_the_admin_shows_the_consoles_page_and_leads_back_in
 
 
 def test_the_example_project_signs_in_to_the_console_and_out_to_its_sign_in_page(operator, client):
-    """Signing in at the sign-in page itself (no ?next=) lands in the console, not on Django's
-    default /accounts/profile/; logging out lands on the sign-in page."""
+    """Signing in at the sign-in page itself (no ?next=) lands in the console, on the page its
+    brand links to (not on Django's default /accounts/profile/); logging out lands on the
+    sign-in page."""
     signed_in = client.post(reverse("login"), {"username": "operator", "password": "pw-for-tests"})
-    assert signed_in["Location"] == reverse("deadletters:overview")
+    assert signed_in["Location"] == reverse("deadletters:health")
+    brand = re.search(r'<a class="brand" href="([^"]+)"', client.get(signed_in["Location"]).text)
+    assert brand[1] == signed_in["Location"]
     assert client.get(signed_in["Location"]).status_code == 200
     signed_out = client.post(reverse("logout"))
     assert signed_out["Location"] == reverse("login")

@@ -42,7 +42,7 @@ def test_login_page_logs_in(viewer):
     page = client.get(reverse("login"))
     assert b'name="username"' in page.content
     response = client.post(reverse("login"), {"username": "viewer", "password": "pw-for-tests"})
-    assert response["Location"] == "/deadletters/"
+    assert response["Location"] == "/deadletters/health/"  # where the brand links
     assert client.get("/deadletters/").status_code == 200
 
 
