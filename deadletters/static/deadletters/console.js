@@ -62,3 +62,102 @@ function labelTables(root) {
 }
 document.addEventListener("DOMContentLoaded", () => labelTables(document));
 document.addEventListener("htmx:load", (event) => labelTables(event.target));
+
+// Keyboard shortcuts, listed in the dialog "?" opens (base.html). An element with data-key="K"
+// is clicked by the key K (a page's Replay…, Discard…, Edit, Up); "g" then a letter follows
+// the top bar's link with that data-go; j/k move between the rows of a table[data-rows], x
+// ticks the row's box, o opens it. Nothing fires while typing in a field, nor with a modifier
+// held (the browser's own shortcuts), nor under an open dialog.
+let awaitingGo = null;
+
+function typingIn(target) {
+  return target instanceof Element && target.closest("input, textarea, select, [contenteditable]");
+}
+
+function listRows() {
+  return Array.from(document.querySelectorAll("table[data-rows] tbody tr")).filter((row) =>
+    row.querySelector("a[href]"),
+  );
+}
+
+function currentRow(rows) {
+  return rows.find((row) => row.contains(document.activeElement)) || rows.find((row) => row.classList.contains("current"));
+}
+
+function moveRow(step) {
+  const rows = listRows();
+  if (!rows.length) return false;
+  const at = rows.indexOf(currentRow(rows));
+  const next = rows[at < 0 ? 0 : Math.min(rows.length - 1, Math.max(0, at + step))];
+  rows.forEach((row) => row.classList.toggle("current", row === next));
+  next.querySelector("a[href]").focus();
+  return true;
+}
+
+function openShortcuts(opener) {
+  const dialog = document.getElementById("shortcuts");
+  if (!dialog || dialog.open) return;
+  dialog.showModal();
+  dialog.addEventListener("close", () => opener && opener.focus && opener.focus(), { once: true });
+}
+
+document.addEventListener("click", (event) => {
+  const opener = event.target.closest('[aria-controls="shortcuts"]');
+  if (opener) openShortcuts(opener);
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (typingIn(event.target)) {
+    if (event.key === "Escape") event.target.blur();
+    return;
+  }
+  if (document.querySelector("dialog[open]")) return;
+  const key = event.key;
+  if (awaitingGo) {
+    clearTimeout(awaitingGo);
+    awaitingGo = null;
+    const link = document.querySelector(`.topbar [data-go="${CSS.escape(key)}"]`);
+    if (link) {
+      event.preventDefault();
+      link.click();
+    }
+    return;
+  }
+  if (key === "g") {
+    awaitingGo = setTimeout(() => (awaitingGo = null), 1500);
+    return;
+  }
+  if (key === "?") {
+    event.preventDefault();
+    openShortcuts(document.activeElement);
+    return;
+  }
+  if (key === "/") {
+    const filters = document.querySelector("form.filters");
+    const search = filters && (filters.querySelector('input[name="q"]') || filters.querySelector('input:not([type="hidden"]):not([type="checkbox"])'));
+    if (search) {
+      event.preventDefault();
+      search.focus();
+    }
+    return;
+  }
+  if (key === "j" || key === "k") {
+    if (moveRow(key === "j" ? 1 : -1)) event.preventDefault();
+    return;
+  }
+  if (key === "x" || key === "o") {
+    const row = currentRow(listRows());
+    const target = row && (key === "x" ? row.querySelector('input[name="ids"]') : row.querySelector("a[href]"));
+    if (target) {
+      event.preventDefault();
+      target.click();
+    }
+    return;
+  }
+  const target = document.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  if (target && target.getClientRects().length) {
+    event.preventDefault();
+    target.click();
+  }
+});
