@@ -136,7 +136,7 @@ def test_progress_and_ledger_are_one_polled_partial(operator_client, settings):
     services.process_batch(run.pk, generation=run.generation)
     url = reverse("deadletters:run", args=[run.pk])
     partial = operator_client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert partial.startswith('<div id="live"') and 'hx-trigger="every 1s"' in partial
+    assert partial.startswith('<div id="live"') and 'data-poll="1"' in partial
     assert 'id="progress"' in partial and '<table class="grid ledger">' in partial
     assert "<html" not in partial
     assert '<span class="processed">2</span>' in partial
@@ -162,7 +162,7 @@ def test_a_finished_run_polls_until_its_jobs_settle_then_stops(operator_client, 
     assert run.state == "finished"  # small enough to run inside the request
     url = reverse("deadletters:run", args=[run.pk])
     page = operator_client.get(url).content.decode()
-    assert 'hx-trigger="every 7s"' in page and "(pending)" in page
+    assert 'data-poll="7"' in page and "(pending)" in page
     from jobqueue.models import Job
 
     Job.objects.filter(pk__in=run.items.values("job_id")).update(state="done")

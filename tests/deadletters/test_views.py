@@ -133,7 +133,7 @@ def test_select_all_count(operator_client):
 def test_overview_polls_and_renders_chart(viewer_client):
     DeadLetterFactory(task_path="shop.send_receipt")
     page = viewer_client.get(reverse("deadletters:overview"))
-    assert b'hx-trigger="every' in page.content
+    assert b'hx-trigger="redrive:refresh"' in page.content and b"data-poll=" in page.content
     assert b"<svg" in page.content and b"shop.send_receipt" in page.content
     partial = viewer_client.get(reverse("deadletters:overview"), headers={"HX-Request": "true"})
     assert partial.content.lstrip().startswith(b'<div id="groups"')
@@ -268,7 +268,7 @@ def test_run_page_progress_and_controls(operator_client, settings):
     )["Location"]
     run_url = operator_client.post(confirm_url, {"reason": "big one"})["Location"]
     page = operator_client.get(run_url).content.decode()
-    assert "Queued" in page and 'hx-trigger="every 1s' in page
+    assert "Queued" in page and 'data-poll="1"' in page
     run = ReplayRun.objects.get()
     pause = reverse("deadletters:run-control", args=[run.pk, "pause"])
     partial = operator_client.post(pause, headers={"HX-Request": "true"}).content.decode()

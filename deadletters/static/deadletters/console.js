@@ -1,6 +1,55 @@
-// Stop polling after an error (each [data-poll] element's timer request is cancelled once its
-// data-poll-failed is set) and say so. A listener, not an hx-trigger filter: filters need eval,
-// which the Content-Security-Policy forbids.
+// Live refresh. Each part of a page that polls is a [data-poll="N"] element (N: the page's own
+// pace in seconds) refreshed by the event redrive:refresh, which one timer sends: at the pace
+// the operator chose in the page's live-refresh control (off, 1–15 s, kept in localStorage for
+// every page) or else at N. The next refresh is timed from the end of the last one, so a slow
+// answer never piles requests up. After an error polling stops (the element's
+// data-poll-failed), and the page says so. A listener, not an hx-trigger filter: filters need
+// eval, which the Content-Security-Policy forbids.
+const REFRESH_KEY = "redrive.refresh";
+const REFRESH_CHOICES = ["auto", "off", "1", "2", "5", "15"];
+let refreshTimer = null;
+
+function refreshChoice() {
+  try {
+    const stored = localStorage.getItem(REFRESH_KEY);
+    return REFRESH_CHOICES.includes(stored) ? stored : "auto";
+  } catch {
+    return "auto"; // storage refused (a private window's policy): the page's own pace
+  }
+}
+
+function livePollers() {
+  return Array.from(document.querySelectorAll("[data-poll]")).filter((el) => el.dataset.pollFailed !== "true");
+}
+
+function scheduleRefresh() {
+  clearTimeout(refreshTimer);
+  const pollers = livePollers();
+  const choice = refreshChoice();
+  if (!pollers.length || choice === "off") return;
+  const seconds = choice === "auto" ? Math.min(...pollers.map((el) => Number(el.dataset.poll) || Infinity)) : Number(choice);
+  if (!Number.isFinite(seconds) || seconds <= 0) return;
+  refreshTimer = setTimeout(() => livePollers().forEach((el) => htmx.trigger(el, "redrive:refresh")), seconds * 1000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll(".live-refresh-choice").forEach((select) => (select.value = refreshChoice()));
+  scheduleRefresh();
+});
+document.addEventListener("change", (event) => {
+  if (!event.target.matches(".live-refresh-choice")) return;
+  try {
+    localStorage.setItem(REFRESH_KEY, event.target.value);
+  } catch {
+    // Not kept: it still applies to this page.
+  }
+  document.querySelectorAll(".live-refresh-choice").forEach((select) => (select.value = event.target.value));
+  if (event.target.value !== "off") livePollers().forEach((el) => htmx.trigger(el, "redrive:refresh"));
+  scheduleRefresh();
+});
+// A refresh (or a control's answer) swapped a part in: time the next one from now.
+document.addEventListener("htmx:afterSettle", scheduleRefresh);
+
 document.addEventListener("htmx:responseError", stopPolling);
 document.addEventListener("htmx:sendError", stopPolling);
 document.addEventListener("htmx:beforeRequest", (event) => {
@@ -12,6 +61,7 @@ function stopPolling(event) {
   const poller = event.detail.elt.closest("[data-poll]");
   if (!poller) return;
   poller.dataset.pollFailed = "true";
+  clearTimeout(refreshTimer);
   document.querySelectorAll(".poll-error").forEach((note) => (note.hidden = false));
 }
 
