@@ -106,6 +106,14 @@ def breakable(value):
     return mark_safe(ident_html(value))
 
 
+@register.filter
+def traceback_blocks(text):
+    """A stored traceback split into frames (deadletters/traceback.html shows it)."""
+    from deadletters.tracebacks import split
+
+    return split(text or "")
+
+
 # --- time ---------------------------------------------------------------------------------
 # One way to show an instant on every page: the absolute time in the console's zone
 # (REDRIVE["TIME_ZONE"], UTC by default) inside <time datetime=…>, with the relative age only

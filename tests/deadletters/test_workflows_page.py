@@ -144,7 +144,7 @@ def test_the_page_shows_each_step_in_order_with_results_errors_waits_and_a_batch
     # A failed step: its last error, the attempt it was, and the traceback folded away.
     assert "quota exceeded on eu-west" in content and "(attempt 2)" in content
     assert "2 failures recorded" in content and "first try" not in content
-    assert "<details><summary>Traceback</summary>" in content
+    assert '<details class="traceback-view"><summary>Traceback' in content
     # A batch: its progress, not its raw record, and its items' letters.
     assert "1498 done, 2 failed of 3000; next item 1500" in content
     assert '"digest"' not in content
