@@ -175,14 +175,34 @@ class TypeSummary:
         return spark_bars(self.hourly)
 
 
-def spark_bars(hourly: list[int]) -> list[tuple]:
-    """Bars of a 24-hour SVG sparkline: (x, y, height, count, hours_ago)."""
-    peak = max(hourly) or 1
+@dataclass
+class Spark:
+    """A 24-hour sparkline (deadletters/sparkline.html): a bar per hour, oldest first, as
+    (x, y, height, count, hours_ago), scaled to the busiest hour, whose count labels the
+    scale; a bar with any letters is at least a pixel tall, so a quiet hour beside a busy one
+    still shows."""
+
+    bars: list[tuple]
+    peak: int
+    total: int
+
+    def __len__(self):
+        return len(self.bars)
+
+    def __iter__(self):
+        return iter(self.bars)
+
+
+SPARK_SLOT, SPARK_BAR, SPARK_TOP, SPARK_BOTTOM = 5, 4, 2, 26
+
+
+def spark_bars(hourly: list[int]) -> Spark:
+    peak = max(hourly, default=0)
     bars = []
     for i, n in enumerate(hourly):
-        height = round(28 * n / peak, 1) if n else 0
-        bars.append((i * 5, 30 - height, height, n, 23 - i))
-    return bars
+        height = max(1.0, round((SPARK_BOTTOM - SPARK_TOP) * n / peak, 1)) if n else 0
+        bars.append((i * SPARK_SLOT, SPARK_BOTTOM - height, height, n, len(hourly) - 1 - i))
+    return Spark(bars=bars, peak=peak, total=sum(hourly))
 
 
 def spark_marks(now=None) -> list:
@@ -614,6 +634,29 @@ def audit_runs(f: AuditFilter, *, before: int | None = None, size: int = 50):
         runs = runs.filter(created_at__lt=f.until)
     found = paging.page(runs, paging.BY_ID, after=before, size=size)
     return found.rows, found.next_cursor
+
+
+@dataclass
+class RunTimes:
+    """How long a run took, or how long it has left: `took` once it ended (from its first batch,
+    or its confirmation if none ran), `eta` while it runs (the items left at its rate, or at
+    the pace it kept so far when unlimited; None before a first batch shows the pace)."""
+
+    took: float | None = None
+    eta: float | None = None
+
+
+def run_times(run: ReplayRun, now: datetime) -> RunTimes:
+    if run.finished_at:
+        return RunTimes(took=(run.finished_at - (run.started_at or run.created_at)).total_seconds())
+    left = run.requested - run.processed
+    if not run.is_active or left <= 0:
+        return RunTimes()
+    if run.rate:
+        return RunTimes(eta=left / run.rate)
+    if run.processed and run.started_at:
+        return RunTimes(eta=(now - run.started_at).total_seconds() / run.processed * left)
+    return RunTimes()
 
 
 def run_items(

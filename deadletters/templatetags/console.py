@@ -178,6 +178,27 @@ def when(value, style="hover"):
 
 
 @register.filter
+def duration(seconds) -> str:
+    """A length of time: "0.4 s", "42 s", "3 min 5 s", "2 h 5 min", "3 d 4 h"."""
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, float(seconds))
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    if whole < 86400:
+        hours, minutes = divmod(whole // 60, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(whole // 3600, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
 def recorded_filter(recorded, user):
     """A run's or an export's recorded filter as (name, value) pairs for `user`: a search that
     looked in payload values is shown masked to anyone who may not reveal them (the words

@@ -4,6 +4,7 @@ from django.contrib import messages
 from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import actions, conf, databases, selectors, services
@@ -49,6 +50,7 @@ def _run_context(request, run, *, after=None, notice=""):
         "several": databases.multiple(),
         "letter_query": databases.query(databases.of_database(run.selection.database)),
         "canary": services.canary_as_judged(run) if run.canary_size else None,
+        "times": selectors.run_times(run, timezone.now()),
         "events": services.run_events(run),
     }
 

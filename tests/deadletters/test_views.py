@@ -166,7 +166,8 @@ def test_detail_shows_jobs_and_history(operator_client, operator):
     operator_client.post(selection["Location"], {"reason": "fixed the API"})
     detail = operator_client.get(reverse("deadletters:detail", args=[letter.pk])).content.decode()
     job = Job.objects.get(replayed_from=letter)
-    assert f"<tr><td>{job.pk}</td><td>replay 1</td>" in detail
+    job_link = f'<a href="{reverse("deadletters:job", args=[job.pk])}">{job.pk}</a>'
+    assert f"<tr><td>{job_link}</td><td>replay 1</td>" in detail
     # Its history row's cells (the page names who is logged in anyway).
     assert "<td>operator</td>" in detail and "<td>fixed the API</td>" in detail
     assert "Replay pending" in detail
@@ -333,10 +334,11 @@ def test_audit_page_lists_runs_and_filters(viewer_client, operator_client, admin
     run = ReplayRun.objects.get(reason="reason-a")
     ledger = viewer_client.get(reverse("deadletters:run", args=[run.pk])).content.decode()
     item = ReplayItem.objects.get(run=run)
-    assert f">#{a.pk}</a>" in ledger and f'"new-job">{item.job_id} (pending)</td>' in ledger
+    job_link = f'<a href="{reverse("deadletters:job", args=[item.job_id])}">{item.job_id}</a>'
+    assert f">#{a.pk}</a>" in ledger and f'"new-job">{job_link} (pending)</td>' in ledger
     Job.objects.filter(pk=item.job_id).update(state="dead")  # the replay died too
     ledger = viewer_client.get(reverse("deadletters:run", args=[run.pk])).content.decode()
-    assert f'"new-job">{item.job_id} (dead again)</td>' in ledger
+    assert f'"new-job">{job_link} (dead again)</td>' in ledger
 
 
 def test_audit_finds_a_run_by_job_type_before_its_first_batch(
