@@ -278,6 +278,9 @@ REDRIVE = {
     "RABBITMQ_DEAD_LETTERS": _env_json("REDRIVE_RABBITMQ_DEAD_LETTERS"),
     "SQS_DEAD_LETTERS": _env_json("REDRIVE_SQS_DEAD_LETTERS"),
     "SOURCES_SYNC_SECONDS": _env("REDRIVE_SOURCES_SYNC_SECONDS", 60.0, float),
+    # Who runs the background chores: "leader" (one worker per database), "every_worker", "off".
+    "CHORES": _env("REDRIVE_CHORES", "leader"),
+    "PRUNE_SECONDS": _env("REDRIVE_PRUNE_SECONDS", 0.0, float),
 }
 # django-q2's app only while its bridge is a source: loading it imports its settings module,
 # which imports croniter and prometheus_client when they are installed, a cost every worker and

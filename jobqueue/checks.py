@@ -491,6 +491,36 @@ def check_pooler(app_configs=None, **kwargs):
     return found
 
 
+@checks.register(TAG)
+def check_chores(app_configs=None, **kwargs):
+    """REDRIVE["CHORES"]: who runs the background chores (jobqueue.chores); PRUNE_SECONDS: not
+    negative."""
+    import math
+
+    from jobqueue.chores import MODES
+    from jobqueue.conf import setting
+
+    found = []
+    if setting("CHORES") not in MODES:
+        found.append(
+            checks.Error(
+                f"REDRIVE['CHORES'] must be one of {', '.join(map(repr, MODES))}, "
+                f"not {setting('CHORES')!r}.",
+                hint="'leader' (the default): one worker per queue database runs them.",
+                id="redrive.E036",
+            )
+        )
+    prune = setting("PRUNE_SECONDS")
+    if isinstance(prune, int | float) and not (prune >= 0 and math.isfinite(prune)):
+        found.append(
+            checks.Error(
+                f"REDRIVE['PRUNE_SECONDS'] must be 0 (off) or a number of seconds, not {prune!r}.",
+                id="redrive.E036",
+            )
+        )
+    return found
+
+
 @checks.register(checks.Tags.compatibility, TAG)
 def check_redis_package(app_configs=None, **kwargs):
     """REDRIVE["REDIS_URL"] set (jobqueue.redis_once) without redis-py installed: every claim

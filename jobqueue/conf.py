@@ -58,9 +58,17 @@ DEFAULTS = {
     # it too, for the console's filter and the checks).
     "RABBITMQ_DEAD_LETTERS": {},
     "SQS_DEAD_LETTERS": {},
-    # Seconds between a worker's syncs of the configured broker sources (0: only
+    # Seconds between syncs of the configured broker sources by the chores' leader (0: only
     # `manage.py deadletters sync`).
     "SOURCES_SYNC_SECONDS": 60.0,
+    # Who runs the background chores (jobqueue/chores.py: the expired-lease sweep, schedule
+    # ticks, broker mirrors, pruning): "leader", one worker per queue database, elected by a
+    # lease row; "every_worker", each of them, unelected; "off", no worker (`manage.py
+    # runchores` then does, elected the same way).
+    "CHORES": "leader",
+    # Seconds between the chores' prunes (what `manage.py prune` deletes, at its default
+    # retentions); 0: only `manage.py prune`.
+    "PRUNE_SECONDS": 0.0,
     # jobqueue.redis_once (jobqueue/redis_claims.py): the Redis its claims live in, e.g.
     # "redis://127.0.0.1:6379/0" (needs redrive[redis]); "" means not configured.
     "REDIS_URL": "",

@@ -104,3 +104,14 @@ class FaultPoints:
         if self.chosen and self.chosen == (name if qualifier is None else f"{name}:{qualifier}"):
             os.write(2, f"{self.who}: fault point {self.chosen}: SIGKILL\n".encode())
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: a worker SIGKILLs itself
+# at that point (in_tick: a periodic job's tick enqueued by the chores, its transaction not yet
+# committed). Here, not in the worker, because the worker and its chores (jobqueue.chores) share
+# the one variable.
+worker_fault_point = FaultPoints(
+    "JOBQUEUE_FAULT",
+    {"after_claim", "after_effect", "after_ack", "heartbeat", "in_tick"},
+    "jobqueue",
+)

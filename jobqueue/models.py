@@ -379,6 +379,21 @@ class WorkerRecord(models.Model):
         return self.worker_id
 
 
+class LeaderLease(models.Model):
+    """Who runs a duty that one process per database should (jobqueue.chores): the holder
+    renews `expires_at` while it lives; once that passes, the next process to look takes it
+    over (jobqueue.store.leader). A row, not an advisory lock: it works on SQLite and through
+    a transaction pooler, where no session outlives a transaction."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=255)  # a worker's id (host:pid:random)
+    expires_at = models.DateTimeField()
+    acquired_at = models.DateTimeField()  # when this holder took it (kept across renewals)
+
+    def __str__(self):
+        return f"{self.name}: {self.holder}"
+
+
 class JobCounter(models.Model):
     """Attempts finished per minute, queue and task: throughput and failure rate without
     scanning finished jobs. Workers add to these in their heartbeat."""

@@ -34,7 +34,6 @@ from django.db import (
     IntegrityError,
     close_old_connections,
     connections,
-    transaction,
 )
 from django.db.backends.signals import connection_created
 from django.tasks import TaskContext
@@ -46,9 +45,10 @@ from django.tasks.signals import (
 )
 from django.utils import timezone
 
-from jobqueue import schedules, store, workflows
+from jobqueue import store, workflows
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
+from jobqueue.chores import Chores, duties
 from jobqueue.conf import policy
 from jobqueue.errors import (
     InvalidPayload,
@@ -62,9 +62,8 @@ from jobqueue.errors import (
 )
 from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import log_lines, logfmt
-from jobqueue.loop import FaultPoints, Loop, first_line, next_backoff, process_id
+from jobqueue.loop import Loop, first_line, next_backoff, process_id, worker_fault_point
 from jobqueue.models import Job, JobState
-from jobqueue.store import sources
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 from jobqueue.timing import RUN, WAIT, queue_wait
 
@@ -74,19 +73,13 @@ logger = logging.getLogger("jobqueue.worker")
 # the shared bench's two workers slower (each grabbed more of a short run), hand-run.
 MAX_PREFETCH = 200
 RECORD_INTERVAL = 5.0  # seconds between worker-record refreshes (health dashboard)
-SCHEDULE_INTERVAL = 1.0  # seconds between looks for due schedules (jobqueue.schedules)
 MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
 # Seconds a finished job may wait for its acknowledgement while handlers stay busy.
 SETTLE_INTERVAL = 0.02
 MAX_RETRY_DELAY = 365 * 86_400.0  # seconds: the longest a failed job waits for its retry
 
-# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: SIGKILL at that point
-# (in_tick: a periodic job's tick enqueued, its transaction not yet committed).
-fault_point = FaultPoints(
-    "JOBQUEUE_FAULT",
-    {"after_claim", "after_effect", "after_ack", "heartbeat", "in_tick"},
-    "jobqueue",
-)
+# JOBQUEUE_FAULT: crash drills (jobqueue.loop, where the chores' in_tick is declared too).
+fault_point = worker_fault_point
 
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):
@@ -386,9 +379,12 @@ class Worker(Loop):
         using: str | None = None,
         worker_id: str | None = None,
         backend: str = "default",
+        chores: str | None = None,
     ):
         """`backend`: the TASKS alias whose jobs this worker runs; its OPTIONS["DATABASE"] is the
-        database it claims from unless `using` says otherwise."""
+        database it claims from unless `using` says otherwise. `chores`: who runs the
+        background chores (jobqueue.chores), default REDRIVE["CHORES"]; "off" for this worker
+        takes no part (`runworker --no-chores`)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.backend_alias = backend
@@ -432,7 +428,6 @@ class Worker(Loop):
         self._abandoned: set[threading.Thread] = set()
         self.exit_code = 0
         self._last_heartbeat = 0.0
-        self._last_sweep = 0.0
         self.listener: Listener | None = None
         self.started_at = timezone.now()
         self._tallies: dict[tuple, store.Tally] = {}
@@ -440,7 +435,6 @@ class Worker(Loop):
         # An operator quieted this worker (jobqueue.store.workers.command): it claims nothing
         # more and finishes what it holds, until it is stopped.
         self.quiet = False
-        self._last_schedule = float("-inf")
         self._claimed_empty = False  # burst mode: the last claim found nothing
         self._executions = 0  # jobs handlers finished running (burst: see _claimed_empty)
         # The threads whose connections are the queue's own (main, settler): named and given a
@@ -454,11 +448,21 @@ class Worker(Loop):
         self._counts = threading.Lock()
         self._low_water = 0  # held jobs at or below which the main thread claims more
         self._announce_start = False  # send task_started (someone listens)
-        # Brokers' dead-letter queues mirrored in a thread of their own (their I/O must not
-        # hold up claims), at most one round at a time.
-        self._sources_sync_seconds = float(policy("SOURCES_SYNC_SECONDS") or 0)
-        self._last_sources_sync = float("-inf")
-        self._sources_syncing: threading.Thread | None = None
+        # The sweep, schedule ticks, broker mirrors and pruning: run on this thread while
+        # this worker leads its database (or by every worker, or by none: REDRIVE["CHORES"]).
+        self.chores = Chores(
+            duties(
+                using=using,
+                who=self.worker_id,
+                sweep_interval=sweep_interval,
+                finished=self._send_finished,
+                brokers=not burst,  # a burst's worker leaves the brokers to the long-running
+            ),
+            holder=self.worker_id,
+            using=using,
+            lease_seconds=self.lease_seconds,
+            mode=policy("CHORES") if chores is None else chores,
+        )
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -525,6 +529,7 @@ class Worker(Loop):
         self._last_heartbeat = time.monotonic()
         try:
             self._loop()
+            self.chores.release()  # to another worker now, not after a lease
             self._drain()
             self._stop_settler()
             self._forget()
@@ -598,13 +603,17 @@ class Worker(Loop):
     def _step(self) -> bool:
         """A claim if the inbox is low, then housekeeping; True if it claimed anything. The
         claim comes first so that a worker just started has its handlers busy before it
-        writes its record, looks for due ticks and for brokers' letters (those took 20 ms of
-        round trips and imports before the first claim)."""
+        writes its record and runs the chores (those took 20 ms of round trips and imports
+        before the first claim)."""
         self._revive_handlers()
         claimed = False if self.stopping or self.quiet else self._claim_if_low()
         self._record_if_due()
-        self._schedule_if_due()
-        self._sync_sources_if_due()
+        if self.chores.tick(self.clock()):
+            # This step claimed before the chores made jobs claimable (ticks enqueued, leases
+            # swept): claim them on the next one, at once, and a burst worker whose claim
+            # found nothing is not done yet.
+            self._claimed_empty = False
+            self.wake.set()
         self._heartbeat_if_due()
         self._enforce_timeouts()
         return claimed
@@ -627,13 +636,8 @@ class Worker(Loop):
         if self.max_jobs is not None:
             limit = min(limit, self.max_jobs - self.stats.claimed)
         if limit > 0:
-            now_mono = time.monotonic()
-            sweep = now_mono - self._last_sweep >= self.sweep_interval
-            if sweep:
-                self._last_sweep = now_mono
             claim_started = time.monotonic()
             executions = self._executions
-            swept_dead: list[Job] = []
             jobs = store.claim(
                 worker_id=self.worker_id,
                 queues=self.queues,
@@ -641,11 +645,8 @@ class Worker(Loop):
                 lease_seconds=self.lease_seconds,
                 now=self.clock(),
                 using=self.using,
-                sweep=sweep,
-                swept_dead=swept_dead,
+                sweep=False,  # the chores' (LeaseSweep)
             )
-            for job in swept_dead:  # finished too: their owner died on their last attempt
-                self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
             self._claimed_empty = (
                 not jobs
                 and executions == self._executions
@@ -1157,89 +1158,6 @@ class Worker(Loop):
         elif command == "stop" and not self.stopping:
             logger.info("event=worker_stop_requested worker=%s", self.worker_id)
             self.stop()
-
-    def _schedule_if_due(self):
-        """Enqueue the due ticks of periodic jobs. Every worker looks; each tick becomes one
-        job whichever of them takes it (jobqueue.schedules)."""
-        now_mono = time.monotonic()
-        if now_mono - self._last_schedule < SCHEDULE_INTERVAL:
-            return
-        self._last_schedule = now_mono
-        now = self.clock()
-        # A read first: SQLite's IMMEDIATE transactions take the write lock at BEGIN, and most
-        # looks find nothing due.
-        if not store.schedules.due(now=now, limit=1, using=self.using):
-            return
-        try:
-            with transaction.atomic(using=self.using):  # the ticks of one look commit together
-                enqueued = schedules.enqueue_due(now=now, using=self.using)
-                if enqueued:
-                    fault_point("in_tick")
-            if enqueued:
-                # This step claimed before the ticks existed: claim them on the next one, at
-                # once, and a burst worker whose claim found nothing is not done yet.
-                self._claimed_empty = False
-                self.wake.set()
-        except DatabaseError:
-            raise  # the loop's backoff handles the database
-        except Exception:
-            logger.exception("event=schedule_error worker=%s", self.worker_id)
-
-    def _sync_sources_if_due(self):
-        """Mirror the configured brokers' dead letters (jobqueue.store.sources.brokers) every
-        SOURCES_SYNC_SECONDS, and finish what an interrupted replay or discard left there.
-        Only the default backend's workers do: the brokers' letters live in one database."""
-        if self._sources_sync_seconds <= 0 or self.burst or self.backend_alias != "default":
-            return
-        now_mono = time.monotonic()
-        if now_mono - self._last_sources_sync < self._sources_sync_seconds:
-            return
-        self._last_sources_sync = now_mono
-        if self._sources_syncing is not None and self._sources_syncing.is_alive():
-            return
-        self._sources_syncing = threading.Thread(
-            target=self._sync_sources, name="redrive-sources", daemon=True
-        )
-        self._sources_syncing.start()
-
-    def _sync_sources(self):
-        # Which sources sync is asked here too: it imports their modules (12 ms of the main
-        # thread's time at start-up).
-        from jobqueue.store.sources.brokers import Unreachable
-
-        try:
-            try:
-                chosen = sources.syncable()
-            except Exception:
-                logger.exception("event=source_sync_error worker=%s source=*", self.worker_id)
-                return
-            for source in chosen:
-                try:
-                    done = source.sync(using=self.using)
-                except Unreachable as exc:
-                    logger.warning(
-                        "event=source_unreachable worker=%s source=%s error=%s",
-                        self.worker_id,
-                        source.name,
-                        exc,
-                    )
-                    continue
-                except Exception:
-                    logger.exception(
-                        "event=source_sync_error worker=%s source=%s", self.worker_id, source.name
-                    )
-                    continue
-                if done.seen or done.errors:
-                    logger.info("event=source_synced worker=%s %s", self.worker_id, done.line())
-                for error in done.errors:
-                    logger.warning(
-                        "event=source_error worker=%s source=%s error=%s",
-                        self.worker_id,
-                        source.name,
-                        error,
-                    )
-        finally:
-            connections.close_all()  # this thread's own
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)

@@ -13,6 +13,7 @@ By concern:
                         letter back to pending)
     sources/            one module per dead-letter source (jobs, outbox, django-q2, brokers)
     workers.py          the worker registry and per-minute counters
+    leader.py           leader leases: one holder per name and database (jobqueue.chores)
     queues.py           queue pause and resume, audited
     deploys.py          deploy markers (a pipeline's, a worker's on a new version), audited
     job_actions.py      run a queued job now or cancel it, audited
@@ -25,7 +26,7 @@ This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).
 """
 
-from . import deploys, job_actions, queues, schedules, workflows
+from . import deploys, job_actions, leader, queues, schedules, workers, workflows
 from .dead_letters import (
     SKIP_KEY_HELD,
     SKIP_MISSING,
@@ -102,6 +103,7 @@ __all__ = [
     "forget_worker",
     "job_actions",
     "json_depth",
+    "leader",
     "loads",
     "normalized",
     "prune_finished_jobs",
@@ -117,5 +119,6 @@ __all__ = [
     "suspend",
     "sweep_expired",
     "throttled",
+    "workers",
     "workflows",
 ]

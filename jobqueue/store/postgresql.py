@@ -760,3 +760,19 @@ def outbox_claim(connection, params) -> list[OutboxMessage]:
     with connection.cursor() as cursor:
         cursor.execute(OUTBOX_CLAIM, params)
         return OUTBOX_ROWS.read(connection, cursor.fetchall())
+
+
+# A transaction that cannot hold its locks, nor wait on others', for longer than `seconds`:
+# each statement, each lock wait and each pause between statements is bounded (SET LOCAL, so
+# through a transaction pooler too, where no session setting would stay the process's own). A
+# process frozen inside it (SIGSTOP, a host cut off) has its session ended by the server.
+BOUND_TRANSACTION = """
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('lock_timeout', %(ms)s, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+"""
+
+
+def bound_transaction(connection, seconds: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(BOUND_TRANSACTION, {"ms": f"{max(1, int(seconds * 1000))}ms"})

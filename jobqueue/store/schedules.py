@@ -9,14 +9,15 @@ the rest change nothing (or fail the constraint and roll back, their job with th
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from jobqueue.models import AuditEntry, Job, JobState, Schedule, ScheduleRun
 
-from . import audit
+from . import audit, dialects
 from .jobs import NewJob, enqueue
 from .payloads import storable_text
 
@@ -31,6 +32,17 @@ def due(*, now: datetime, limit: int, using: str = "default") -> list[Schedule]:
         .filter(paused_at__isnull=True, declared=True, next_run_at__lte=now)
         .order_by("next_run_at", "id")[:limit]
     )
+
+
+@contextmanager
+def ticking(*, timeout: float, using: str = "default"):
+    """The transaction one look's ticks commit in (jobqueue.schedules.enqueue_due inside it).
+    On PostgreSQL it holds the schedules' rows for at most `timeout` seconds, however its
+    process stalls (frozen inside it, a host cut off: the server ends the session), and gives
+    up as soon waiting on another's: the next leader's look is never stalled for longer."""
+    with transaction.atomic(using=using):
+        dialects.of(using).bound_transaction(connections[using], timeout)
+        yield
 
 
 def get(name: str, *, using: str = "default") -> Schedule:

@@ -81,3 +81,19 @@ def claimed(params: dict) -> dict:
         "finished_at": None,
         "return_value": None,
     }
+
+
+# A leader's lease (jobqueue.store.leader): taken when missing or expired, renewed by its
+# holder, left alone otherwise; a row comes back only to the holder it now names. One
+# statement, so two processes looking at once cannot both take it.
+LEADER_UPSERT = """
+INSERT INTO jobqueue_leaderlease (name, holder, expires_at, acquired_at)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder,
+    expires_at = excluded.expires_at,
+    acquired_at = CASE WHEN jobqueue_leaderlease.holder = excluded.holder
+        THEN jobqueue_leaderlease.acquired_at ELSE excluded.acquired_at END
+WHERE jobqueue_leaderlease.holder = excluded.holder OR jobqueue_leaderlease.expires_at <= %s
+RETURNING holder
+"""

@@ -317,3 +317,8 @@ def outbox_claim(connection, params) -> list[OutboxMessage]:
     with connection.cursor() as cursor:
         cursor.execute(OUTBOX_CLAIM, params)
         return OUTBOX_ROWS.read(connection, cursor.fetchall())
+
+
+def bound_transaction(connection, seconds: float) -> None:
+    """Nothing to bound: one process writes at a time, and the others wait for its write lock
+    for at most their own busy timeout (OPTIONS["timeout"]) before they fail and retry."""

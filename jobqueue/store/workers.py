@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connections, transaction
 from django.utils import timezone
 
-from jobqueue.models import AuditEntry, WorkerRecord
+from jobqueue.models import AuditEntry, JobCounter, JobTiming, WorkerRecord
 from jobqueue.timing import bucket_of
 
 from . import audit
@@ -179,3 +179,23 @@ def command(
 
 def forget_worker(worker_id: str, *, using: str = "default") -> None:
     WorkerRecord.objects.using(using).filter(worker_id=worker_id).delete()
+
+
+def prune_counters(
+    *, older_than: timedelta, now: datetime | None = None, using: str = "default"
+) -> tuple[int, int]:
+    """Delete per-minute counters and timing buckets of minutes before now - older_than;
+    returns how many of each."""
+    cutoff = (now or timezone.now()) - older_than
+    counters = JobCounter.objects.using(using).filter(minute__lt=cutoff).delete()[0]
+    timings = JobTiming.objects.using(using).filter(minute__lt=cutoff).delete()[0]
+    return counters, timings
+
+
+def prune_lost_workers(
+    *, lost_for: timedelta, now: datetime | None = None, using: str = "default"
+) -> int:
+    """Delete the records of workers silent since before now - lost_for (crashed: a clean exit
+    removes its own)."""
+    cutoff = (now or timezone.now()) - lost_for
+    return WorkerRecord.objects.using(using).filter(last_heartbeat_at__lt=cutoff).delete()[0]

@@ -298,8 +298,8 @@ def test_prune_removes_old_tick_records_and_keeps_the_schedules_last_run():
     assert Schedule.objects.get(pk=schedule.pk).last_tick_at == T0 + 2 * MINUTE
 
 
-def test_a_fault_in_a_schedule_is_logged_and_the_worker_goes_on(monkeypatch, caplog):
-    from jobqueue.worker import Worker
+def test_a_fault_in_a_schedule_is_logged_and_the_chore_goes_on(monkeypatch, caplog):
+    from jobqueue.chores import ScheduleTicks
 
     make()
 
@@ -307,10 +307,9 @@ def test_a_fault_in_a_schedule_is_logged_and_the_worker_goes_on(monkeypatch, cap
         raise RuntimeError("a bug in a schedule")
 
     monkeypatch.setattr(schedules, "enqueue_due", broken)
-    worker = Worker(clock=lambda: T0 + MINUTE)
-    with caplog.at_level(logging.ERROR, logger="jobqueue.worker"):
-        worker._schedule_if_due()
-    assert "event=schedule_error" in caplog.text and "a bug in a schedule" in caplog.text
+    with caplog.at_level(logging.ERROR, logger="jobqueue.chores"):
+        assert ScheduleTicks(using="default", who="w").run(T0 + MINUTE) is False
+    assert "event=schedule_error worker=w" in caplog.text and "a bug in a schedule" in caplog.text
 
 
 def test_a_run_now_made_after_the_due_list_was_read_still_counts_as_the_live_run():

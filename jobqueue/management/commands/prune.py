@@ -1,12 +1,7 @@
-from datetime import timedelta
-
 from django.utils import timezone
 
-from jobqueue import store
+from jobqueue import chores
 from jobqueue.management import cli
-from jobqueue.models import JobCounter, JobTiming, WorkerRecord
-from jobqueue.outbox import setting
-from jobqueue.store import outbox_messages as outbox_store
 
 # A century: older cut-offs are a typo, and date arithmetic overflows not far beyond.
 MAX_DAYS = 36_525.0
@@ -60,62 +55,15 @@ class Command(cli.Command):
         )
 
     def handle(self, *args, **opts):
-        days = opts["older_than"]
-        if days is None:
-            days = float(setting("RETENTION_DAYS"))
-        finished = timedelta(days=opts["jobs_older_than"])
-        now = timezone.now()
-        # (what, how many, its retention in days, the line's words).
-        report = [
-            (
-                "outbox_messages",
-                outbox_store.prune(older_than=timedelta(days=days)),
-                days,
-                "published outbox message(s) older than",
+        report = chores.prune(
+            chores.Retention(
+                outbox=opts["older_than"],
+                jobs=opts["jobs_older_than"],
+                counters=opts["counters_older_than"],
+                workers=opts["workers_lost_for"],
             ),
-            (
-                "jobs",
-                store.prune_finished_jobs(older_than=finished),
-                opts["jobs_older_than"],
-                "finished job(s) older than",
-            ),
-            (
-                "schedule_ticks",
-                store.schedules.prune_runs(older_than=finished),
-                opts["jobs_older_than"],
-                "schedule tick record(s) older than",
-            ),
-            (
-                "workflows",
-                store.workflows.prune_finished(older_than=finished),
-                opts["jobs_older_than"],
-                "finished workflow(s) older than",
-            ),
-            (
-                "job_counters",
-                JobCounter.objects.filter(
-                    minute__lt=now - timedelta(days=opts["counters_older_than"])
-                ).delete()[0],
-                opts["counters_older_than"],
-                "job counter row(s) older than",
-            ),
-            (
-                "job_timings",
-                JobTiming.objects.filter(
-                    minute__lt=now - timedelta(days=opts["counters_older_than"])
-                ).delete()[0],
-                opts["counters_older_than"],
-                "job timing row(s) older than",
-            ),
-            (
-                "workers",
-                WorkerRecord.objects.filter(
-                    last_heartbeat_at__lt=now - timedelta(days=opts["workers_lost_for"])
-                ).delete()[0],
-                opts["workers_lost_for"],
-                "record(s) of workers silent for over",
-            ),
-        ]
+            now=timezone.now(),
+        )
         if opts["json"]:
             self.stdout.write(
                 cli.json_text(

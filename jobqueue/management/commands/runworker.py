@@ -69,6 +69,13 @@ class Command(cli.Command):
             help="How long a stop waits for running jobs (default 30).",
         )
         parser.add_argument(
+            "--no-chores",
+            action="store_true",
+            help="Take no part in the background chores (the expired-lease sweep, schedule "
+            "ticks, broker mirrors: jobqueue/chores.py), which one worker per database runs by "
+            "default (REDRIVE['CHORES']).",
+        )
+        parser.add_argument(
             "--relay",
             action="store_true",
             default=None,
@@ -99,6 +106,7 @@ class Command(cli.Command):
             grace=opts["grace"],
             worker_id=opts["worker_id"],
             backend=opts["backend"],
+            chores="off" if opts["no_chores"] else None,
         )
         worker.install_signal_handlers()
         relay_thread = relay = None
