@@ -37,7 +37,7 @@ from jobqueue import schedules, store
 from jobqueue.conf import setting
 from jobqueue.errors import LeaseExpired
 from jobqueue.logfmt import log_line
-from jobqueue.loop import worker_fault_point
+from jobqueue.loop import Loop, process_id, worker_fault_point
 
 logger = logging.getLogger("jobqueue.chores")
 
@@ -370,3 +370,51 @@ class Chores:
             lease_s=f"{self.lease_seconds:g}",
             chores=",".join(chore.name for chore in self.chores),
         )
+
+
+@dataclass
+class _Stats:
+    db_errors: int = 0
+
+
+class ChoresProcess(Loop):
+    """`manage.py runchores`: a candidate for the chores of one database that runs no jobs (for
+    REDRIVE["CHORES"] = "off", or beside workers started with --no-chores). Stops on SIGTERM,
+    handing its lease on; backs off while the database is away."""
+
+    def __init__(
+        self,
+        *,
+        using: str,
+        lease_seconds: float,
+        holder: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ):
+        from django.utils import timezone
+
+        self.holder = holder or process_id()
+        super().__init__(who="jobqueue", kind="chores", ident=self.holder, using=using, log=logger)
+        self.stats = _Stats()
+        self.clock = clock or timezone.now
+        self.chores = Chores(
+            duties(using=using, who=self.holder),
+            holder=self.holder,
+            using=using,
+            lease_seconds=lease_seconds,
+        )
+
+    def run(self) -> int:
+        log_line(logger, logging.INFO, "chores_started", holder=self.holder, database=self.using)
+        while not self.stopping:
+            self.wake.clear()
+            try:
+                self.chores.tick(self.clock())
+                self._db_backoff = 0.0
+            except DatabaseError as exc:
+                self._database_trouble(exc)
+                continue
+            # The chores' intervals are a second or more: a quarter of one is soon enough.
+            self.wake.wait(0.25)
+        self.chores.release()
+        log_line(logger, logging.INFO, "chores_stopped", holder=self.holder)
+        return 0
