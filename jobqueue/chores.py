@@ -1,7 +1,7 @@
 """What runs in the background besides the jobs: the chores, each a small class with a name,
 an interval and one entry point, `run(now)`.
 
-    LeaseSweep     every second (--sweep)      leases past their end: the job again, or dead
+    LeaseSweep     every second                leases past their end: the job again, or dead
     ScheduleTicks  every second                the due ticks of periodic jobs, a job each
     BrokerMirror   SOURCES_SYNC_SECONDS (60)   brokers' dead-letter queues into the console
     Prune          PRUNE_SECONDS (0: off)      what `manage.py prune` deletes
@@ -14,7 +14,7 @@ every third of a lease and taken over by another candidate within one lease of i
 death (the candidates look every second). REDRIVE["CHORES"] says who is a candidate:
 
     "leader"        every worker (default); `runworker --no-chores` opts one out
-    "every_worker"  no election: each worker runs them all (as before 0.1.0's leader)
+    "every_worker"  no election: each worker runs them all (as every worker did before)
     "off"           no worker; `manage.py runchores` processes do, elected the same way
 
 What each worker still does itself: claim, run, settle, heartbeat its leases, and refresh its
@@ -36,8 +36,9 @@ from django.db import DatabaseError, connections
 from jobqueue import schedules, store
 from jobqueue.conf import setting
 from jobqueue.errors import LeaseExpired
+from jobqueue.faults import worker_fault_point
 from jobqueue.logfmt import log_line
-from jobqueue.loop import Loop, process_id, worker_fault_point
+from jobqueue.loop import Loop, process_id
 
 logger = logging.getLogger("jobqueue.chores")
 
@@ -388,9 +389,13 @@ class ChoresProcess(Loop):
         using: str,
         lease_seconds: float,
         holder: str | None = None,
+        poll_interval: float | None = None,
         clock: Callable[[], datetime] | None = None,
     ):
         from django.utils import timezone
+
+        # The chores' intervals are a second or more: a quarter of one is soon enough.
+        self.poll_interval = poll_interval or 0.25
 
         self.holder = holder or process_id()
         super().__init__(who="jobqueue", kind="chores", ident=self.holder, using=using, log=logger)
@@ -413,8 +418,7 @@ class ChoresProcess(Loop):
             except DatabaseError as exc:
                 self._database_trouble(exc)
                 continue
-            # The chores' intervals are a second or more: a quarter of one is soon enough.
-            self.wake.wait(0.25)
+            self.wake.wait(self.poll_interval)
         self.chores.release()
         log_line(logger, logging.INFO, "chores_stopped", holder=self.holder)
         return 0

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from jobqueue import store
 from jobqueue.errors import PermanentError, RateLimited, TransientError
-from jobqueue.loop import FaultPoints
+from jobqueue.faults import FaultPoints
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import setting, subscribers_for
 

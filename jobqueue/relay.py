@@ -39,9 +39,10 @@ from django.utils import timezone
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
 from jobqueue.errors import class_path, classify
+from jobqueue.faults import FaultPoints
 from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import line_text, log_lines, logfmt
-from jobqueue.loop import FaultPoints, Loop, process_id
+from jobqueue.loop import Loop, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for, setting
 from jobqueue.store import outbox_messages as outbox_store

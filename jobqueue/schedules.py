@@ -10,13 +10,13 @@ workers on however many hosts look.
 
 A declaration becomes a Schedule row when it is synced: every `runworker` syncs at start
 (importing each installed app's `tasks` module, where @periodic runs), and
-`manage.py schedules sync` does too, and also retires rows no longer declared. Every worker
-looks for due schedules about once a second (`enqueue_due`). A tick becomes a job in the
-transaction that moves the schedule's next_run_at on from the value the worker read (a
-compare-and-set on the row) and records the tick under the unique (schedule, tick)
-constraint: another worker's attempt at the same tick changes nothing, or fails the constraint
-and rolls back with its job. Nothing is held in memory, so a worker killed mid-tick leaves the
-tick to the next worker that looks.
+`manage.py schedules sync` does too, and also retires rows no longer declared. The chores'
+leader of the database looks for due schedules about once a second (`enqueue_due`, from
+jobqueue.chores.ScheduleTicks). A tick becomes a job in the transaction that moves the
+schedule's next_run_at on from the value it read (a compare-and-set on the row) and records
+the tick under the unique (schedule, tick) constraint: another process's attempt at the same
+tick changes nothing, or fails the constraint and rolls back with its job. Nothing is held in
+memory, so a leader killed mid-tick leaves the tick to the next one.
 
 - overlap=False: a tick that comes while the last run's job is still ready (a retry waiting
   included) or running is skipped, and recorded as skipped.

@@ -60,9 +60,10 @@ from jobqueue.errors import (
     classify,
     exception_text,
 )
+from jobqueue.faults import worker_fault_point as fault_point
 from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import log_lines, logfmt
-from jobqueue.loop import Loop, first_line, next_backoff, process_id, worker_fault_point
+from jobqueue.loop import Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 from jobqueue.timing import RUN, WAIT, queue_wait
@@ -77,9 +78,6 @@ MAX_CALL_SHAPES = 10_000  # bounds TaskCache's memory whatever payloads arrive
 # Seconds a finished job may wait for its acknowledgement while handlers stay busy.
 SETTLE_INTERVAL = 0.02
 MAX_RETRY_DELAY = 365 * 86_400.0  # seconds: the longest a failed job waits for its retry
-
-# JOBQUEUE_FAULT: crash drills (jobqueue.loop, where the chores' in_tick is declared too).
-fault_point = worker_fault_point
 
 
 def log_event(event: str, job: Job, level=logging.INFO, **fields):

@@ -58,8 +58,8 @@ from jobqueue.errors import (
     classify,
     exception_text,
 )
+from jobqueue.faults import FaultPoints
 from jobqueue.logfmt import logfmt
-from jobqueue.loop import FaultPoints
 from jobqueue.models import Job, Workflow, WorkflowState, WorkflowStep
 
 logger = logging.getLogger("jobqueue.workflows")

@@ -310,3 +310,24 @@ def test_a_tick_frozen_inside_its_transaction_stalls_the_next_leader_at_most_its
     thread.join(10)
     assert len(failures) == 1  # its session was ended under it: nothing it did committed
     assert Job.objects.filter(task_path="tests.tasks.noop").count() == 1
+
+
+def test_the_prune_chore_deletes_what_prune_does(caplog):
+    from jobqueue.chores import Prune, Retention
+    from jobqueue.models import JobCounter, WorkerRecord
+
+    now = timezone.now()
+    for minute in (now - timedelta(days=8), now - timedelta(days=6)):
+        JobCounter.objects.create(minute=minute, queue_name="q", task_path="t")
+    for n, seen in enumerate((now - timedelta(days=2), now - timedelta(minutes=1))):
+        WorkerRecord.objects.create(
+            worker_id=f"w{n}", host="h", pid=n, started_at=seen, last_heartbeat_at=seen
+        )
+    with caplog.at_level(logging.INFO, logger="jobqueue.chores"):
+        assert (
+            Prune(using="default", interval=3600.0, retention=Retention(outbox=1)).run(now) is False
+        )
+    assert list(JobCounter.objects.values_list("minute", flat=True)) == [now - timedelta(days=6)]
+    assert list(WorkerRecord.objects.values_list("worker_id", flat=True)) == ["w1"]
+    assert "event=pruned outbox_messages=0 jobs=0" in caplog.text
+    assert "job_counters=1 job_timings=0 workers=1" in caplog.text

@@ -110,3 +110,24 @@ def test_one_of_eight_workers_runs_the_chores_and_another_takes_over_a_dead_one(
     assert sorted(run.job_id for run in runs) == sorted(jobs.values_list("pk", flat=True))
     assert not ScheduleRun.objects.exclude(outcome=ScheduleRun.Outcome.ENQUEUED).exists()
     assert not LeaderLease.objects.exists()  # the last leader gave it up on its way out
+
+
+def test_with_the_workers_chores_off_a_runchores_process_runs_them(workers):
+    env = {"REDRIVE_CHORES": "off"}
+    worker = workers.start("--poll", "0.05", "--id", "w0", env=env)
+    chores = workers.start("--lease", str(LEASE), "--id", "c0", command="runchores", env=env)
+    schedule = every_second("chores-off")
+    wait_until(lambda: len(enqueued(schedule)) >= 2, timeout=90, message="ticks by runchores")
+    assert lease().holder == "c0"
+    wait_until(
+        lambda: Job.objects.filter(task_path="tests.tasks.noop", state="done").exists(),
+        timeout=60,
+        message="the worker runs the ticks' jobs",
+    )
+    store.schedules.pause(schedule.name, actor="test", reason="end of the run")
+    for proc in (chores, worker):
+        proc.send_signal(signal.SIGTERM)
+    assert [chores.wait(timeout=60), worker.wait(timeout=60)] == [0, 0]
+    assert "event=chores_leader holder=c0" in log(chores)
+    assert "event=chores_leader" not in log(worker)
+    assert not LeaderLease.objects.exists()

@@ -36,6 +36,7 @@ class Command(cli.Command):
             using=backend.database,
             lease_seconds=opts["lease"] or setting("LEASE_SECONDS"),
             holder=opts["holder"],
+            poll_interval=opts["poll"],
         )
         process.install_signal_handlers()
         process.run()

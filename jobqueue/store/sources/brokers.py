@@ -40,7 +40,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from jobqueue import conf
-from jobqueue.loop import FaultPoints
+from jobqueue.faults import FaultPoints
 from jobqueue.models import DeadLetter, DeadLetterState
 
 from .. import dead_letters
