@@ -131,6 +131,10 @@ class BrokerMirror(Chore):
             self._thread.start()
         return False
 
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
     def _sync(self):
         # Which sources sync is asked here too: it imports their modules (12 ms of the main
         # thread's time at start-up).
@@ -347,6 +351,11 @@ class Chores:
             self._say("chores_leader_lost", logging.WARNING)
         return self.leading
 
+    def join(self) -> None:
+        """Wait for the chores that work in a thread of their own (a broker mirror's round)."""
+        for chore in self.chores:
+            getattr(chore, "join", lambda: None)()
+
     def release(self) -> None:
         """A clean exit: give the lease up (the next candidate takes it on its next look)."""
         if self.mode != "leader" or not self.leading:
@@ -408,7 +417,9 @@ class ChoresProcess(Loop):
             lease_seconds=lease_seconds,
         )
 
-    def run(self) -> int:
+    def run(self, *, once: bool = False) -> int:
+        """Until stopped; with `once`, one round (each chore, if this process leads: a cron
+        job's), then exit."""
         log_line(logger, logging.INFO, "chores_started", holder=self.holder, database=self.using)
         while not self.stopping:
             self.wake.clear()
@@ -416,8 +427,13 @@ class ChoresProcess(Loop):
                 self.chores.tick(self.clock())
                 self._db_backoff = 0.0
             except DatabaseError as exc:
+                if once:
+                    raise
                 self._database_trouble(exc)
                 continue
+            if once:
+                self.chores.join()
+                break
             self.wake.wait(self.poll_interval)
         self.chores.release()
         log_line(logger, logging.INFO, "chores_stopped", holder=self.holder)

@@ -58,6 +58,7 @@ NOT_LISTINGS = {
     ("enqueue", ""): "adds a job",
     ("runworker", ""): "a long-running process",
     ("runrelay", ""): "a long-running process",
+    ("runchores", ""): "a long-running process",
     ("createoperator", ""): "creates or updates a user",
     ("act", "confirm"): "carries out a frozen selection (its --json is the outcome)",
     ("apitoken", "create"): "makes a token (its --json is the token, shown once)",

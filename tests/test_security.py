@@ -46,9 +46,10 @@ WEB_APPS = [["-c", "import config.wsgi"], ["-c", "import config.asgi"]]
 COMMANDS = [
     ["manage.py", "runworker", "--burst"],
     ["manage.py", "runrelay", "--burst"],
+    ["manage.py", "runchores", "--once"],
     ["manage.py", "qcluster", "--run-once"],
 ]
-ENTRY_POINTS = ["wsgi", "asgi", "runworker", "runrelay", "qcluster"]
+ENTRY_POINTS = ["wsgi", "asgi", "runworker", "runrelay", "runchores", "qcluster"]
 
 
 @pytest.mark.parametrize("argv", WEB_APPS + COMMANDS, ids=ENTRY_POINTS)

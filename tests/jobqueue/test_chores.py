@@ -331,3 +331,20 @@ def test_the_prune_chore_deletes_what_prune_does(caplog):
     assert list(WorkerRecord.objects.values_list("worker_id", flat=True)) == ["w1"]
     assert "event=pruned outbox_messages=0 jobs=0" in caplog.text
     assert "job_counters=1 job_timings=0 workers=1" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runchores_once_runs_a_round_as_the_leader_and_hands_the_lease_back(caplog):
+    from django.core.management import call_command
+
+    now = timezone.now()
+    row = {"task_path": "tests.tasks.noop", "cron": "* * * * *", "timezone": "UTC"}
+    row |= {"args": [], "kwargs": {}, "overlap": True, "catch_up": "latest", "catch_up_limit": 1}
+    store.schedules.upsert("once", row, first_tick=now - timedelta(minutes=1), now=now)
+    expired_job()
+    with caplog.at_level(logging.INFO, logger="jobqueue.chores"):
+        call_command("runchores", "--once", "--id", "cron-1")
+    assert Job.objects.filter(task_path="tests.tasks.noop", state=JobState.READY).count() == 2
+    assert "event=chores_leader holder=cron-1" in caplog.text
+    assert "event=chores_leader_released holder=cron-1" in caplog.text
+    assert not LeaderLease.objects.exists()

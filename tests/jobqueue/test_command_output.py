@@ -49,6 +49,7 @@ EVERY_COMMAND = [
     ["deadletters", "export", "--format", "csv", "--operator", "chief"],
     ["runworker", "--help"],
     ["runrelay", "--help"],
+    ["runchores", "--help"],
     ["createoperator", "--help"],
     ["audit", "verify"],
     ["deploy", "list"],

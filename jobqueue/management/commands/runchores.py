@@ -28,6 +28,12 @@ class Command(cli.Command):
             help="The TASKS backend whose database to look after (default: default).",
         )
 
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="One round (each chore, if this process is elected), then exit: for a cron job.",
+        )
+
     def handle(self, *args, **opts):
         cli.show_event_lines(opts["log_level"])
         backend = _redrive_backend(opts["backend"])
@@ -39,4 +45,4 @@ class Command(cli.Command):
             poll_interval=opts["poll"],
         )
         process.install_signal_handlers()
-        process.run()
+        process.run(once=opts["once"])
