@@ -320,7 +320,12 @@ class Chores:
             if at - self._last_run.get(chore.name, float("-inf")) < chore.interval:
                 continue
             self._last_run[chore.name] = at
-            woke = chore.run(now) or woke
+            try:
+                woke = chore.run(now) or woke
+            except DatabaseError:
+                raise  # the caller's backoff handles the database
+            except Exception:  # a chore's bug must not end the worker that runs it
+                logger.exception("event=chore_failed chore=%s holder=%s", chore.name, self.holder)
         return woke
 
     def _may_run(self, now: datetime) -> bool:

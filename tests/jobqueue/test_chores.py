@@ -348,3 +348,24 @@ def test_runchores_once_runs_a_round_as_the_leader_and_hands_the_lease_back(capl
     assert "event=chores_leader holder=cron-1" in caplog.text
     assert "event=chores_leader_released holder=cron-1" in caplog.text
     assert not LeaderLease.objects.exists()
+
+
+def test_a_chore_that_fails_is_logged_and_the_others_still_run(caplog):
+    class Broken(Chore):
+        name = "broken"
+
+        def run(self, now):
+            raise RuntimeError("a bug in a chore")
+
+    clocks, after = Clocks(), Recording()
+    chores = Chores(
+        [Broken(), after],
+        holder="a",
+        using="default",
+        lease_seconds=LEASE,
+        monotonic=clocks.monotonic,
+    )
+    with caplog.at_level(logging.ERROR, logger="jobqueue.chores"):
+        assert chores.tick(clocks.now()) is False
+    assert after.runs == [T0]
+    assert "event=chore_failed chore=broken holder=a" in caplog.text
