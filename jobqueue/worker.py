@@ -48,7 +48,7 @@ from django.utils import timezone
 from jobqueue import store, workflows
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
-from jobqueue.chores import Chores, duties
+from jobqueue.chores import Chores, LeaseSweep, duties
 from jobqueue.conf import policy
 from jobqueue.errors import (
     InvalidPayload,
@@ -1268,6 +1268,10 @@ class Worker(Loop):
 
     # --- on the caller's thread (jobqueue.testing) --------------------------------------
 
+    @cached_property
+    def _sweep_here(self) -> LeaseSweep:
+        return LeaseSweep(using=self.using, finished=self._send_finished)
+
     def run_here(self, *, limit: int) -> list[int]:
         """Claim and run due jobs one at a time on this thread and its connection, each settled
         before the next is claimed, until a claim finds none or `limit` ran; their ids, in the
@@ -1278,18 +1282,18 @@ class Worker(Loop):
         ran: list[int] = []
         while len(ran) < limit:
             self._announce_start = wants(task_started, log_task_started)
-            swept_dead: list[Job] = []
+            now = self.clock()
+            # The sweep before each claim, unelected: the test's thread is the only one.
+            self._sweep_here.run(now)
             jobs = store.claim(
                 worker_id=self.worker_id,
                 queues=self.queues,
                 limit=1,
                 lease_seconds=self.lease_seconds,
-                now=self.clock(),
+                now=now,
                 using=self.using,
-                swept_dead=swept_dead,
+                sweep=False,
             )
-            for job in swept_dead:
-                self._send_finished(job, LeaseExpired(job.errors[-1]["message"]))
             if not jobs:
                 return ran
             (job,) = jobs
