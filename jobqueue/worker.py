@@ -1,7 +1,9 @@
 """The worker loop: claim in batches, run handlers on threads, heartbeat, acknowledge, fail.
 
 Three kinds of thread, each with its own Django connection. The main thread claims, renews
-leases (heartbeat), enforces timeouts and releases; handler threads run the tasks; the settler
+leases (heartbeat), enforces timeouts and releases, and, while this worker leads its database,
+runs the background chores (jobqueue.chores: not the worker's own business, so not here);
+handler threads run the tasks; the settler
 thread records their outcomes (acknowledges successes in one statement per batch, fails the
 rest). Claiming and settling on two connections overlap their round trips: while the settler
 waits on an acknowledgement the main thread's next claim is already on its way.
