@@ -55,7 +55,6 @@ from jobqueue.conf import policy
 from jobqueue.errors import (
     InvalidPayload,
     JobTimeout,
-    LeaseExpired,
     TransactionLeftOpen,
     UnknownTask,
     class_path,
