@@ -369,6 +369,7 @@ class Worker(Loop):
         concurrency: int = 1,
         prefetch: int | None = None,
         burst: bool = False,
+        drain: float | None = None,
         max_jobs: int | None = None,
         lease_seconds: float | None = None,
         poll_interval: float | None = None,
@@ -397,7 +398,10 @@ class Worker(Loop):
         self.prefetch = prefetch
         self._duration_ema = 0.05  # a prior: quick jobs show themselves within a claim or two
         self._durations_seen = 0
-        self.burst = burst
+        self.burst = burst or drain is not None
+        # A drain: a burst that also waits for what is not due yet (retries, scheduled jobs)
+        # until nothing of its queues is left to finish, or `drain` seconds have passed.
+        self.drain_until = None if drain is None else time.monotonic() + drain
         self.max_jobs = max_jobs
         self.lease_seconds = lease_seconds or policy("LEASE_SECONDS")
         self.poll_interval = poll_interval or policy("POLL_INTERVAL")
@@ -710,7 +714,20 @@ class Worker(Loop):
             return True
         if self.max_jobs is not None and self.stats.claimed >= self.max_jobs:
             return True
-        return self.burst and self._claimed_empty
+        if not (self.burst and self._claimed_empty):
+            return False
+        return self.drain_until is None or self._drained()
+
+    def _drained(self) -> bool:
+        """A drain ends once nothing of its queues is left to finish, or at its bound with
+        exit status 1, saying how many jobs were left."""
+        left = store.unfinished(self.queues, using=self.using)
+        if left and time.monotonic() < self.drain_until:
+            return False
+        if left:
+            logger.error("event=drain_incomplete worker=%s unfinished=%d", self.worker_id, left)
+            self.exit_code = 1
+        return True
 
     def _idle_timeout(self) -> float:
         timeout = self.poll_interval

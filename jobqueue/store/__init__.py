@@ -53,6 +53,7 @@ from .jobs import (
     suspend,
     sweep_expired,
     throttled,
+    unfinished,
 )
 from .leases import SWEEP_LIMIT, error_entry
 from .payloads import (
@@ -119,6 +120,7 @@ __all__ = [
     "suspend",
     "sweep_expired",
     "throttled",
+    "unfinished",
     "workers",
     "workflows",
 ]

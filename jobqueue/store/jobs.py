@@ -619,6 +619,15 @@ def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
     )
 
 
+def unfinished(queues: Sequence[str] | None, *, using: str = "default") -> int:
+    """How many jobs of `queues` (every queue if None) are still to finish: waiting (due or
+    not) or running. A drain (`runworker --drain`) ends at 0."""
+    jobs = Job.objects.using(using).filter(state__in=(JobState.READY, JobState.RUNNING))
+    if queues:
+        jobs = jobs.filter(queue_name__in=list(queues))
+    return jobs.count()
+
+
 def release(jobs: Sequence[Job], *, now: datetime | None = None, using: str = "default") -> int:
     """Give leases back on graceful shutdown: claimable at once, the attempt not counted."""
     return JOBS.release(jobs, now=now or timezone.now(), using=using)

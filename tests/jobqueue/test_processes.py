@@ -122,3 +122,27 @@ def test_a_worker_started_before_its_database_waits_for_it(workers):
     assert "Traceback" not in log_of(proc)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)
+
+
+def test_burst_leaves_a_retry_pending_and_drain_waits_for_it(workers):
+    result = tasks.ordered_step.enqueue("drain", 1, fail_first=True)
+    burst = workers.run("--burst")
+    job = Job.objects.get(pk=result.id)
+    assert burst.returncode == 0 and job.state == JobState.READY and job.attempts == 1
+    drained = workers.run("--drain", "60")
+    assert drained.returncode == 0, log_of(drained)
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.return_value) == (JobState.DONE, 2, 1)
+
+
+def test_a_drain_that_cannot_empty_its_queues_in_time_exits_one_saying_how_many(workers):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    tasks.noop.using(run_after=timezone.now() + timedelta(hours=1)).enqueue()
+    tasks.noop.enqueue()
+    proc = workers.run("--drain", "1")
+    assert proc.returncode == 1
+    assert "event=drain_incomplete" in log_of(proc) and "unfinished=1" in log_of(proc)
+    assert Job.objects.filter(state=JobState.DONE).count() == 1

@@ -56,6 +56,14 @@ class Command(cli.Command):
         )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no due job is left.")
         parser.add_argument(
+            "--drain",
+            type=cli.number(0, 86400, unit="seconds"),
+            default=None,
+            metavar="SECONDS",
+            help="As --burst, but also wait for retries and scheduled jobs: exit 0 once no job "
+            "of its queues is left to finish, 1 if some are after SECONDS (for CI).",
+        )
+        parser.add_argument(
             "--max-jobs",
             type=cli.integer(1, MAX_ID),
             default=None,
@@ -100,6 +108,7 @@ class Command(cli.Command):
             concurrency=opts["concurrency"],
             prefetch=opts["prefetch"],
             burst=opts["burst"],
+            drain=opts["drain"],
             max_jobs=opts["max_jobs"],
             lease_seconds=opts["lease"],
             poll_interval=opts["poll"],
