@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from deadletters.templatetags.console import ident, ident_html
 from demo.management.commands.demo import die_with_parent
 from tests.conftest import BASE_DIR, wait_until
 
@@ -314,9 +315,9 @@ def test_the_demo_story_outage_then_replay_from_the_console_delivers_each_receip
         page = opener.open(f"{base}/deadletters/schedules/").read().decode()
         row = re.search(rf'<tr id="schedule-{tally["id"]}">(.*?)</tr>', page, re.S).group(1)
         assert "<td>demo-receipt-tally " in row
-        assert "<td><code>demo.tasks.tally_receipts</code></td>" in row
+        assert f"<td>{ident('demo.tasks.tally_receipts')}</td>" in row
         job = opener.open(f"{base}/deadletters/jobs/{tally['last_job_id']}/").read().decode()
-        assert "demo.tasks.tally_receipts" in job
+        assert ident_html("demo.tasks.tally_receipts") in job
         audit = opener.open(f"{base}/deadletters/audit/").read().decode()
         # The run's row, by its reason; its Operator cell (every page names who is logged in).
         row = re.search(r"<tr>((?!</tr>).)*>receipt service is back<.*?</tr>", audit, re.S)

@@ -184,11 +184,12 @@ assert 'name="password"' in client.get(sign_in).content.decode()
 signed_in = client.post(sign_in, {"username": "alice", "password": PASSWORD})
 assert signed_in.status_code == 302 and signed_in["Location"] == "/ops/list/", signed_in
 assert not get_user_model().objects.get(username="alice").is_staff
-# Signing in at the sign-in page itself lands in the console; logging out, on the sign-in page
-# again, in the console's look (not the admin's "Logged out", whose link alice cannot use).
+# Signing in at the sign-in page itself lands on the health page, where the brand links;
+# logging out, on the sign-in page again, in the console's look (not the admin's "Logged out",
+# whose link alice cannot use).
 direct = Client()
 landed = direct.post("/accounts/login/", {"username": "alice", "password": PASSWORD})
-assert landed.status_code == 302 and landed["Location"] == "/ops/", landed
+assert landed.status_code == 302 and landed["Location"] == "/ops/health/", landed
 assert "Log out" in direct.get("/ops/").content.decode()
 signed_out = direct.post("/accounts/logout/")
 assert signed_out.status_code == 302 and signed_out["Location"] == "/accounts/login/", signed_out

@@ -3,6 +3,7 @@ the console, and nothing left running after Ctrl-C."""
 
 import pytest
 
+from deadletters.templatetags.console import ident
 from tests.conftest import wait_until
 from tests.demo.test_demo_command import demos, logged_in_opener
 
@@ -29,7 +30,7 @@ def test_demo_shows_django_q2_dead_letters_and_stops_its_cluster(tmp_path, monke
             return opener.open(f"{base}/deadletters/list/?source=django_q2").read().decode()
 
         wait_until(
-            lambda: django_q2_list().count("<code>demo.q2tasks.sync_ledger</code>") == 3,
+            lambda: django_q2_list().count(str(ident("demo.q2tasks.sync_ledger"))) == 3,
             timeout=60,
             message="three ledger syncs dead-lettered by the bridge",
         )
