@@ -221,3 +221,24 @@ def test_the_dead_letters_card_and_chart_say_what_each_counts(operator_client):
     assert ">1<" in card and "every source" in card
     assert "Jobs dead-lettered per minute" in html
     assert "django-q2 tasks, broker messages, outbox messages and workflow batch items" in html
+
+
+@pytest.mark.django_db
+def test_the_health_page_s_reasons_are_labelled_required(operator_client):
+    """Each reason the health page's forms require says so in its label, as the job actions'
+    do: the queue control's, the worker control's and each queue row's."""
+    from django.utils import timezone
+
+    from jobqueue.models import WorkerRecord
+
+    now = timezone.now()
+    WorkerRecord.objects.create(
+        worker_id="web-1:1", host="web-1", pid=1, started_at=now, last_heartbeat_at=now
+    )
+    JobFactory(queue_name="mail")
+    html = operator_client.get(HEALTH).content.decode()
+    for section in ('id="queue-control"', 'id="worker-control"'):
+        form = html[html.index(section) :].split("</form>")[0]
+        assert re.search(r"<label>Reason \(required[^<]*<input name=\"reason\" required", form)
+    assert "<label>Reason (required) <input " in queue_row(html, "mail")
+    assert not re.search(r"<label>Reason <input", html)
