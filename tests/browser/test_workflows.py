@@ -93,3 +93,8 @@ def test_the_timeline_reads_at_a_glance_at_both_widths(page, live_server, screen
     assert took.evaluate("td => getComputedStyle(td, '::before').content") == '"Took"'
     cells = rows.nth(0).locator("td")
     assert cells.nth(3).bounding_box()["y"] > cells.nth(2).bounding_box()["y"]
+    # Dark mode: the bars take the dark scheme's colours (console.css's custom properties).
+    light = rows.nth(0).locator("rect.span").evaluate("r => getComputedStyle(r).fill")
+    page.emulate_media(color_scheme="dark")
+    expect(rows.nth(0).locator("rect.span")).not_to_have_css("fill", light)
+    assert axe_violations(page) == []
