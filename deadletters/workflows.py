@@ -11,9 +11,12 @@ JSON), and the job's dead letter is then what an operator acts on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django import forms
 from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 
 from jobqueue.models import (
@@ -164,14 +167,15 @@ class WorkflowDetail:
     signals: list[SignalView]
     more_signals: bool
     at_step: int | None = None  # the row id of the step it is at, for the link
+    timeline: Timeline | None = None
 
     @property
     def tone(self) -> str:
         return TONES.get(self.state, "")
 
 
-def detail(pk: int) -> WorkflowDetail:
-    """Raises Workflow.DoesNotExist."""
+def detail(pk: int, *, now: datetime | None = None) -> WorkflowDetail:
+    """Raises Workflow.DoesNotExist. `now`: the clock a running workflow's times count to."""
     workflow = Workflow.objects.select_related("job").get(pk=pk)
     job = workflow.job
     steps = list(workflow.steps.order_by("started_at", "id")[: MAX_STEPS + 1])
@@ -185,9 +189,10 @@ def detail(pk: int) -> WorkflowDetail:
     views = [_step_view(step) for step in steps[:MAX_STEPS]]
     _letter_states(views)
     at_step = next((v.step.pk for v in views if v.step.name == workflow.step), None)
+    state = shown_state(workflow.state, job.state if job else None)
     return WorkflowDetail(
         workflow=workflow,
-        state=shown_state(workflow.state, job.state if job else None),
+        state=state,
         job=job,
         letter=letter,
         steps=views,
@@ -197,12 +202,18 @@ def detail(pk: int) -> WorkflowDetail:
         ],
         more_signals=len(signals) > MAX_SIGNALS,
         at_step=at_step,
+        timeline=timeline(workflow, [v.step for v in views], state, now=now or timezone.now()),
     )
 
 
-def _step_view(step: WorkflowStep) -> StepView:
+def _errors(step: WorkflowStep) -> list[dict]:
+    """The failed attempts the row keeps (each a dict; anything else stored is skipped)."""
     errors = step.errors if isinstance(step.errors, list) else []
-    errors = [e for e in errors if isinstance(e, dict)]
+    return [e for e in errors if isinstance(e, dict)]
+
+
+def _step_view(step: WorkflowStep) -> StepView:
+    errors = _errors(step)
     view = StepView(step, None, failures=len(errors))
     if errors:
         last = errors[-1]
@@ -250,6 +261,99 @@ def _pretty(value) -> tuple[str, bool]:
 
 def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+# --- its timeline -------------------------------------------------------------------------
+
+# Kinds whose time is spent waiting (for a clock, for a signal), not working.
+WAITS = (WorkflowStep.Kind.SLEEP, WorkflowStep.Kind.WAIT)
+# A step shorter than this share of the whole still gets a bar one can see.
+MIN_BAR_PERCENT = 0.5
+
+
+@dataclass
+class Span:
+    """One step on its workflow's timeline: when it started (seconds from the workflow's
+    start), how long it took or has taken so far, where its bar goes (percent of the whole)."""
+
+    step: WorkflowStep
+    offset: float
+    length: float
+    running: bool  # not finished, and the workflow goes on: `length` counts to now
+    wait: bool  # a sleep or a wait for a signal: time waited, not worked
+    left: float
+    width: float
+    failed: int = 0  # failed attempts the row keeps
+    failures: list[float] = field(default_factory=list)  # where each is on the bar (percent)
+
+
+@dataclass
+class Timeline:
+    spans: list[Span]
+    total: float  # seconds from its start to its end, or to now while it goes on
+    running: bool
+    worked: float  # seconds inside steps that work (calls, batches)
+    waited: float  # seconds inside sleeps and waits
+
+
+def timeline(
+    workflow: Workflow, steps: list[WorkflowStep], state: str, *, now: datetime
+) -> Timeline:
+    """Each step's start, length and failed attempts, from the step rows alone (no query).
+
+    A workflow that goes on counts to `now`; one that is done or dead ends at its last change
+    (or its last step's end, if later), and a step it died in, or left unfinished, ends there.
+    """
+    start = workflow.started_at
+    running = state in (WorkflowState.RUNNING, WorkflowState.SLEEPING, WorkflowState.WAITING)
+    end = now if running else workflow.updated_at
+    end = max([end, *(s.finished_at for s in steps if s.finished_at)])
+    total = max((end - start).total_seconds(), 0.0)
+    scale = 100 / total if total > 0 else 0.0
+
+    def at(instant: datetime) -> float:
+        return min(max((instant - start).total_seconds(), 0.0), total)
+
+    spans = []
+    for step in steps:
+        offset = at(step.started_at)
+        length = max(at(step.finished_at or end) - offset, 0.0)
+        left = min(offset * scale, 100 - MIN_BAR_PERCENT)
+        spans.append(
+            Span(
+                step=step,
+                offset=offset,
+                length=length,
+                running=step.finished_at is None and running,
+                wait=step.kind in WAITS,
+                left=round(left, 2),
+                width=round(min(max(length * scale, MIN_BAR_PERCENT), 100 - left), 2),
+                failed=len(_errors(step)),
+                failures=[round(at(t) * scale, 2) for t in _failure_times(step)],
+            )
+        )
+    return Timeline(
+        spans=spans,
+        total=total,
+        running=running,
+        worked=sum(s.length for s in spans if not s.wait),
+        waited=sum(s.length for s in spans if s.wait),
+    )
+
+
+def _failure_times(step: WorkflowStep) -> list[datetime]:
+    """When each failed attempt the row keeps failed (an entry without a readable time is
+    left off the bar; it still counts in the attempts)."""
+    found = []
+    for entry in _errors(step):
+        text = entry.get("at")
+        try:
+            instant = parse_datetime(text) if isinstance(text, str) else None
+        except ValueError:
+            instant = None
+        if instant is not None:
+            found.append(instant if instant.tzinfo else instant.replace(tzinfo=UTC))
+    return found
 
 
 # --- links from other pages ---------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Pausing and resuming a queue from the health page: permission, CSRF, a reason, the audit."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -181,10 +183,32 @@ def test_the_oldest_ready_figure_leaves_out_paused_queues_and_says_none_when_not
     store.queues.resume("mail", actor="ana", reason="back")
     html = operator_client.get(HEALTH).content.decode()
     figure = html[html.index('data-figure="oldest-ready"') :]
-    assert (
-        figure.split("</span>")[0].endswith(" s")
-        and "paused queues" not in figure.split("</div>")[0]
-    )
+    # Five minutes and the seconds the test took: a human duration, not "300 s".
+    assert re.search(r">5 min( \d+ s)?$", figure.split("</span>")[0])
+    assert "paused queues" not in figure.split("</div>")[0]
+
+
+@pytest.mark.django_db
+def test_oldest_ready_ages_read_as_durations_in_the_figure_and_both_queue_tables(
+    operator_client,
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    JobFactory(queue_name="mail", task_path="shop.mail", run_after=now - timedelta(seconds=86403))
+    JobFactory(queue_name="sms", task_path="shop.sms", run_after=now - timedelta(seconds=192))
+    html = operator_client.get(HEALTH).content.decode()
+    figure = html[html.index('data-figure="oldest-ready"') :].split("</span>")[0]
+    assert figure.endswith(">1 d")
+    assert 'data-label="Oldest ready">1 d</td>' in queue_row(html, "mail")
+    # The test's own seconds may pass between the enqueue and the read.
+    assert re.search(r'data-label="Oldest ready">3 min 1[2-5] s</td>', queue_row(html, "sms"))
+    by_task = html[html.index('class="grid queues"') :]
+    mail = by_task[by_task.index("<code>shop.mail</code>") :].split("</tr>")[0]
+    assert '<td class="num">1 d</td>' in mail
+    assert "86403" not in html and "86402" not in html
 
 
 @pytest.mark.django_db
@@ -197,3 +221,24 @@ def test_the_dead_letters_card_and_chart_say_what_each_counts(operator_client):
     assert ">1<" in card and "every source" in card
     assert "Jobs dead-lettered per minute" in html
     assert "django-q2 tasks, broker messages, outbox messages and workflow batch items" in html
+
+
+@pytest.mark.django_db
+def test_the_health_page_s_reasons_are_labelled_required(operator_client):
+    """Each reason the health page's forms require says so in its label, as the job actions'
+    do: the queue control's, the worker control's and each queue row's."""
+    from django.utils import timezone
+
+    from jobqueue.models import WorkerRecord
+
+    now = timezone.now()
+    WorkerRecord.objects.create(
+        worker_id="web-1:1", host="web-1", pid=1, started_at=now, last_heartbeat_at=now
+    )
+    JobFactory(queue_name="mail")
+    html = operator_client.get(HEALTH).content.decode()
+    for section in ('id="queue-control"', 'id="worker-control"'):
+        form = html[html.index(section) :].split("</form>")[0]
+        assert re.search(r"<label>Reason \(required[^<]*<input name=\"reason\" required", form)
+    assert "<label>Reason (required) <input " in queue_row(html, "mail")
+    assert not re.search(r"<label>Reason <input", html)
