@@ -21,6 +21,11 @@ class JobState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# The stored states of a job not finished: waiting for a worker (due or not) or under a lease.
+# UNFINISHED below is the same jobs in JobStatus's finer vocabulary.
+UNFINISHED_STATES = (JobState.READY, JobState.RUNNING)
+
+
 class JobStatus(models.TextChoices):
     """What a job is doing now: its stored state read against the time and its lease. The one
     vocabulary of job states that the health page, the jobs browser, the commands, unique jobs'

@@ -21,7 +21,15 @@ from django.utils import timezone
 
 from jobqueue.conf import policy
 from jobqueue.logfmt import log_line
-from jobqueue.models import DeadLetter, Job, JobState, JobStatus, RateBucket, UniqueKey
+from jobqueue.models import (
+    UNFINISHED_STATES,
+    DeadLetter,
+    Job,
+    JobState,
+    JobStatus,
+    RateBucket,
+    UniqueKey,
+)
 
 from . import dead_letters, dialects
 from .leases import JOBS, NO_LEASE, expired_entry
@@ -622,7 +630,7 @@ def _bury(job: Job, *, now: datetime, using: str) -> DeadLetter:
 def unfinished(queues: Sequence[str] | None, *, using: str = "default") -> int:
     """How many jobs of `queues` (every queue if None) are still to finish: waiting (due or
     not) or running. A drain (`runworker --drain`) ends at 0."""
-    jobs = Job.objects.using(using).filter(state__in=(JobState.READY, JobState.RUNNING))
+    jobs = Job.objects.using(using).filter(state__in=UNFINISHED_STATES)
     if queues:
         jobs = jobs.filter(queue_name__in=list(queues))
     return jobs.count()

@@ -15,13 +15,12 @@ from datetime import datetime
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from jobqueue.models import AuditEntry, Job, JobState, Schedule, ScheduleRun
+from jobqueue.models import UNFINISHED_STATES, AuditEntry, Job, Schedule, ScheduleRun
 
 from . import audit, dialects
 from .jobs import NewJob, enqueue
 from .payloads import storable_text
 
-LIVE = (JobState.READY, JobState.RUNNING)
 MAX_NOTE_CHARS = 2_000
 
 
@@ -159,7 +158,8 @@ def advance(
 
 def _live(job_id: int | None, using: str) -> bool:
     return (
-        job_id is not None and Job.objects.using(using).filter(pk=job_id, state__in=LIVE).exists()
+        job_id is not None
+        and Job.objects.using(using).filter(pk=job_id, state__in=UNFINISHED_STATES).exists()
     )
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from jobqueue.errors import LeaseExpired
 from jobqueue.models import (
+    UNFINISHED_STATES,
     DeadLetter,
     Job,
     JobState,
@@ -230,9 +231,7 @@ def prune_finished(*, older_than, now: datetime | None = None, using: str = "def
     old = workflows.filter(state=WorkflowState.DONE) | (
         # A record a signal began for a job that never ran a step (its task was no
         # workflow, or it was cancelled), once that job is finished or gone.
-        workflows.filter(steps__isnull=True).exclude(
-            job__state__in=[JobState.READY, JobState.RUNNING]
-        )
+        workflows.filter(steps__isnull=True).exclude(job__state__in=UNFINISHED_STATES)
     )
     deleted = 0
     while chunk := list(old.order_by("pk").values_list("pk", flat=True).distinct()[:PRUNE_CHUNK]):

@@ -10,7 +10,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobqueue.health import snapshot
-from jobqueue.models import UNFINISHED, Job, JobStatus
+from jobqueue.models import UNFINISHED, UNFINISHED_STATES, Job, JobStatus
+from jobqueue.store.jobs import unfinished
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +54,16 @@ def test_each_job_is_in_exactly_the_status_its_filter_finds(every_status):
         found = [s for s in JobStatus if Job.objects.filter(s.q(now), pk=job.pk).exists()]
         assert found == [JobStatus.of(job, now)]
     assert {s: Job.objects.filter(s.q(now)).count() for s in JobStatus} == BUILT
+
+
+def test_the_unfinished_states_hold_exactly_the_unfinished_statuses(every_status):
+    """The stored states a drain waits on and the statuses screens call unfinished are one set
+    of jobs, in two vocabularies."""
+    now = timezone.now()
+    by_state = set(Job.objects.filter(state__in=UNFINISHED_STATES).values_list("pk", flat=True))
+    by_status = {job.pk for job in Job.objects.all() if JobStatus.of(job, now) in UNFINISHED}
+    assert by_state == by_status
+    assert unfinished(None) == sum(BUILT[s] for s in UNFINISHED)
 
 
 def test_the_health_page_metrics_queuehealth_and_queues_count_each_status_alike(
