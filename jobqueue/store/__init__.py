@@ -20,7 +20,9 @@ By concern:
     schedules.py        periodic jobs: sync, ticks (one job each), pause, resume, run now
     workflows.py        workflows' steps, signals, batch checkpoints and bad items
     payloads.py         JSON and text every database stores
-    postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement
+    dialects.py         the Dialect protocol: what the store asks of a database's SQL
+    postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement, and
+                        the class of each dialect (PostgreSQL, SQLite) that runs it
 
 This package re-exports the functions callers use (`from jobqueue import store;
 store.enqueue(...)`).

@@ -142,7 +142,7 @@ def insert_jobs(
     if second is None:  # most calls: one job, or a few hundred
         return _enqueue_batch(connection, dialect, first, now, using)
     results: list[tuple[Job, bool]] = []
-    with transaction.atomic(using=using), dialect.Sender(connection, now) as sender:
+    with transaction.atomic(using=using), dialect.sender(connection, now) as sender:
         for batch in chain((first, second), batches):
             results += _enqueue_batch(connection, dialect, batch, now, using, sender)
     return results

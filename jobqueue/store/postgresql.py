@@ -1,4 +1,5 @@
-"""PostgreSQL statements of the store: SKIP LOCKED claims and one-statement batch updates."""
+"""PostgreSQL statements of the store, and the dialect that runs them (`PostgreSQL`): SKIP LOCKED
+claims and one-statement batch updates."""
 
 import datetime
 import json
@@ -6,29 +7,26 @@ import logging
 import re
 import time
 from contextlib import ExitStack, suppress
+from typing import Literal, NamedTuple
 
 from django.db import DatabaseError
 
 from jobqueue.conf import setting
 from jobqueue.logfmt import logfmt
-from jobqueue.models import Job, OutboxMessage
 
-from .rows import Rows
-from .sql_common import CLAIM_KNOWS, LEASED, ORDER_IS_FREE, OUTBOX_KEY_IS_FREE, claimed
+from .sql_common import (
+    JOB_ROWS,
+    ORDER_IS_FREE,
+    OUTBOX_KEY_IS_FREE,
+    OUTBOX_ROWS,
+    SharedSQL,
+    claimed,
+    per_leased_table,
+)
 
 logger = logging.getLogger("jobqueue")
 
-# A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
-JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
-OUTBOX_ROWS = Rows(OutboxMessage)
-
 NOTIFY_CHANNEL = "jobqueue"
-LOOPS = False  # batches are single statements
-
-# A bulk enqueue builds and sends its plain jobs this many at a time (Sender): small enough
-# that the first batch, built before anything can overlap, is short; large enough that each
-# statement's own cost is spread (100 to 250 were alike, 1,000 a third slower, hand-run).
-SEND_CHUNK = 100
 
 # MATERIALIZED makes the planner run the locking subquery exactly once: a bare
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
@@ -158,6 +156,53 @@ READY_QUEUES = """
 # A worker's named queues are its queues as they are: no need to look for the others.
 NAMED_QUEUES = "SELECT DISTINCT unnest(%(queues)s::text[])"
 
+
+class ClaimShape(NamedTuple):
+    """Which of the claim statements (CLAIMS) a claim runs."""
+
+    pick: Literal["plain", "keyed", "by_queue"]  # CLAIM, CLAIM_KEYED or CLAIM_BY_QUEUE
+    named: bool = False  # only the worker's named queues (%(queues)s)
+    excluding: bool = False  # some queues left out (%(excluded)s: those under a rate limit)
+
+
+# Every claim statement, one per shape (built here, once). A claim without keys that leaves
+# whole queues out (a paused one, the rate-limited ones claimed apart: jobqueue.store.jobs.claim)
+# or names several goes queue by queue; a keyed one leaves them out in its filter.
+CLAIM_SHAPES = (
+    ClaimShape("plain"),
+    ClaimShape("plain", named=True),
+    ClaimShape("keyed"),
+    ClaimShape("keyed", named=True),
+    ClaimShape("keyed", excluding=True),
+    ClaimShape("keyed", named=True, excluding=True),
+    ClaimShape("by_queue"),
+    ClaimShape("by_queue", named=True),
+    ClaimShape("by_queue", excluding=True),
+    ClaimShape("by_queue", named=True, excluding=True),
+)
+
+
+def _claim_statement(shape: ClaimShape) -> str:
+    parts = {
+        "returning": JOB_ROWS.columns("j"),
+        "columns": JOB_ROWS.columns(),
+        "order_is_free": ORDER_IS_FREE,
+    }
+    if shape.pick == "by_queue":
+        return CLAIM_BY_QUEUE.format(
+            queue_source=NAMED_QUEUES if shape.named else READY_QUEUES,
+            queue_filter=" AND q <> ALL(%(excluded)s)" if shape.excluding else "",
+            **parts,
+        )
+    return (CLAIM_KEYED if shape.pick == "keyed" else CLAIM).format(
+        queue_filter=("AND queue_name = ANY(%(queues)s)" if shape.named else "")
+        + (" AND queue_name <> ALL(%(excluded)s)" if shape.excluding else ""),
+        **parts,
+    )
+
+
+CLAIMS = {shape: _claim_statement(shape) for shape in CLAIM_SHAPES}
+
 # The concurrency keys with ready jobs, one index step per key however many jobs each holds
 # (a loose index scan), at most MAX_KEYS of them per claim.
 READY_KEYS = """
@@ -206,7 +251,7 @@ WHERE t.id = v.id AND t.state = '{leased}' AND t.lease_token = v.token
   AND t.locked_until > %(now)s
 RETURNING t.id
 """
-EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
+EXTEND = per_leased_table(_EXTEND)
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
@@ -242,30 +287,6 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND NOT (state =
 DO NOTHING
 RETURNING id, idempotency_key
 """
-
-
-def insert_keyed(connection, jobs, *, now) -> list[int | None]:
-    """Ready jobs with an idempotency key; per job its id, or None where a live job (an
-    earlier one of these included) holds its key. One job: plain parameters, as before there
-    was a batch statement; more: INSERT_KEYED_MANY."""
-    if len(jobs) == 1:
-        [j] = jobs
-        with connection.cursor() as cursor:
-            cursor.execute(
-                INSERT_KEYED,
-                [
-                    j.task_path, j.queue_name, j.priority, j.backend, *j.encoded_payload,
-                    j.idempotency_key, j.run_after, j.max_attempts, j.enqueued_at,
-                    j.ordering_key, j.ordering_on_dead, j.concurrency_key, j.concurrency_limit,
-                    j.replayed_from_id, j.ordering_position,
-                ],
-            )  # fmt: skip
-            row = cursor.fetchone()
-        return [row[0] if row else None]
-    rows = fetch(connection, INSERT_KEYED_MANY, {"now": now, "rows": keyed_rows_json(jobs)})
-    by_key = {key: job_id for job_id, key in rows}
-    # A key's first job took the id; a later one of the same key is a no-op.
-    return [by_key.pop(j.idempotency_key, None) for j in jobs]
 
 
 # One statement per chunk: the rows as one JSON document of arrays, composed from the payloads'
@@ -460,27 +481,6 @@ SELECT id, CASE WHEN run_after <= %s THEN pg_notify(%s, queue_name) END FROM ins
 """
 
 
-def insert_many(connection, jobs, *, now):
-    if len(jobs) == 1:
-        [job] = jobs
-        params = [
-            job.task_path,
-            job.queue_name,
-            job.priority,
-            job.backend,
-            *job.encoded_payload,
-            job.run_after,
-            job.max_attempts,
-            now,
-            now,
-            NOTIFY_CHANNEL,
-        ]
-        job.pk = fetch(connection, INSERT_ONE, params)[0][0]
-        return
-    # One statement: a batch is at most SEND_CHUNK jobs (jobqueue.store.jobs.enqueue_many).
-    _take_ids(jobs, fetch(connection, INSERT_MANY, _insert_many_params(jobs, now)))
-
-
 def _insert_many_params(jobs, now) -> dict:
     return {"now": now, "channel": NOTIFY_CHANNEL, "rows": rows_json(jobs)}
 
@@ -499,8 +499,8 @@ class Sender:
     back on flush, which the caller does before it commits or reads anything. Without pipeline
     mode (psycopg 2, a libpq older than 14) each batch is inserted as it comes."""
 
-    def __init__(self, connection, now):
-        self.connection, self.now = connection, now
+    def __init__(self, dialect, connection, now):
+        self.dialect, self.connection, self.now = dialect, connection, now
         self._pipelines = _pipelines()
         self._pipeline: ExitStack | None = None  # holds psycopg's pipeline while one is open
         self._sent: list[tuple] = []  # (cursor, jobs) whose ids are still to be read
@@ -522,7 +522,7 @@ class Sender:
 
     def send(self, jobs):
         if not self._pipelines:
-            insert_many(self.connection, jobs, now=self.now)
+            self.dialect.insert_many(self.connection, jobs, now=self.now)
             return
         import psycopg
 
@@ -575,62 +575,6 @@ def _pipelines() -> bool:
     return psycopg.Pipeline.is_supported()
 
 
-# One statement per shape: every queue or named ones; plain, or keyed with or without queues
-# left out (those under a rate limit, claimed apart: jobqueue.store.jobs.claim). A plain claim
-# that leaves queues out goes queue by queue (_CLAIMS_BY_QUEUE).
-_CLAIMS = {
-    (template, named, excluding): template.format(
-        queue_filter=("AND queue_name = ANY(%(queues)s)" if named else "")
-        + (" AND queue_name <> ALL(%(excluded)s)" if excluding else ""),
-        returning=JOB_ROWS.columns("j"),
-        columns=JOB_ROWS.columns(),
-        order_is_free=ORDER_IS_FREE,
-    )
-    for template in (CLAIM, CLAIM_KEYED)
-    for named in (False, True)
-    for excluding in ((False, True) if template is CLAIM_KEYED else (False,))
-}
-
-
-_CLAIMS_BY_QUEUE = {
-    (named, excluding): CLAIM_BY_QUEUE.format(
-        queue_source=NAMED_QUEUES if named else READY_QUEUES,
-        queue_filter=" AND q <> ALL(%(excluded)s)" if excluding else "",
-        returning=JOB_ROWS.columns("j"),
-        columns=JOB_ROWS.columns(),
-        order_is_free=ORDER_IS_FREE,
-    )
-    for named in (False, True)
-    for excluding in (False, True)
-}
-
-
-def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None):
-    """Lease jobs without a concurrency key, or with `keys`: those of the given concurrency
-    keys (found by ready_keys), in the caller's transaction, which holds them from here on."""
-    if keys is not None:
-        keys = [row[0] for row in fetch(connection, LOCK_KEYS, {"keys": keys})]
-        if not keys:
-            return []
-        sql = _CLAIMS[CLAIM_KEYED, bool(queues), bool(excluded)]
-    elif excluded or (queues and len(queues) > 1) or _some_queue_paused(connection):
-        sql = _CLAIMS_BY_QUEUE[bool(queues), bool(excluded)]
-    else:
-        sql = _CLAIMS[CLAIM, bool(queues), False]
-    params = {
-        "now": now,
-        "limit": limit,
-        "lease_until": lease_until,
-        "worker_id": worker_id,
-        "queues": queues,
-        "excluded": excluded,
-        "keys": keys,
-    }
-    return JOB_ROWS.read(
-        connection, fetch(connection, sql, params, timestamps=True), **claimed(params)
-    )
-
-
 # Whether any queue is paused, per database, looked up at most once a second: it only chooses
 # the statement (both leave paused queues out), so a pause seen late costs at most a second of
 # slower claims, never a wrong one.
@@ -648,38 +592,10 @@ def _some_queue_paused(connection) -> bool:
     return seen[1]
 
 
-def ready_keys(connection) -> list[str]:
-    return [row[0] for row in fetch(connection, READY_KEYS, {"max_keys": MAX_KEYS})]
-
-
-def acknowledge(connection, rows, *, now):
-    """rows: (id, lease token, return value as storable JSON text)."""
-    document = ",".join(
-        f"[{int(job_id)},{_json_token(token)},{result}]" for job_id, token, result in rows
-    )
-    return {row[0] for row in fetch(connection, ACKNOWLEDGE, {"rows": f"[{document}]", "now": now})}
-
-
 def _json_token(token) -> str:
     if token is None:
         return "null"
     return f'"{token}"' if _PLAIN_TOKEN(token) else json.dumps(token)
-
-
-def extend(connection, table, leases, *, now, until):
-    ids, tokens = zip(*leases, strict=True)
-    params = {"ids": list(ids), "tokens": list(tokens), "now": now, "until": until}
-    return {row[0] for row in fetch(connection, EXTEND[table], params)}
-
-
-def notify(connection, queues):
-    """Wake listening workers; PostgreSQL delivers the notification only if we commit."""
-    if not queues:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [NOTIFY_CHANNEL, sorted(queues)]
-        )
 
 
 MARK_REPLAYING = """
@@ -691,18 +607,6 @@ WHERE d.id = v.id
 """
 
 
-def mark_replaying(connection, rows, *, now):
-    """Mark replayed letters in one statement (bulk_update's CASE per row and field was most of
-    a replay batch's time): rows of (letter id, new job id or None, replay reference or None)."""
-    if not rows:
-        return
-    ids, jobs, refs = zip(*rows, strict=True)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            MARK_REPLAYING, {"ids": list(ids), "jobs": list(jobs), "refs": list(refs), "now": now}
-        )
-
-
 # --- the outbox table ---------------------------------------------------------------------
 
 OUTBOX_NOTIFY_CHANNEL = "jobqueue_outbox"
@@ -712,7 +616,7 @@ OUTBOX_KEY_LOCK_SPACE = 0x6F757462
 # Same-key publishers take a transaction-scoped advisory lock on the key before the insert, so
 # their ids are allocated in commit order: without it a transaction that took id 10 and commits
 # after the one that took id 11 would let the relay publish 11 first.
-OUTBOX_INSERT = """
+_OUTBOX_INSERT = """
 WITH message AS (
     INSERT INTO jobqueue_outbox
         (topic, "key", payload, state, created_at, available_at, attempts, errors)
@@ -723,6 +627,8 @@ WITH message AS (
 SELECT id, pg_notify(%(channel)s, '') FROM message
 """
 OUTBOX_SERIALIZE = "FROM (SELECT pg_advisory_xact_lock(%(space)s, hashtext(%(key)s))) AS serialized"
+OUTBOX_INSERT = _OUTBOX_INSERT.format(serialize="")  # a message of no key
+OUTBOX_INSERT_KEYED = _OUTBOX_INSERT.format(serialize=OUTBOX_SERIALIZE)
 
 # MATERIALIZED: the locking subquery runs exactly once (as in CLAIM).
 OUTBOX_CLAIM = f"""
@@ -747,21 +653,6 @@ RETURNING {OUTBOX_ROWS.columns("m")}
 """
 
 
-def outbox_insert(connection, params) -> int:
-    sql = OUTBOX_INSERT.format(serialize=OUTBOX_SERIALIZE if params["key"] is not None else "")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql, {**params, "channel": OUTBOX_NOTIFY_CHANNEL, "space": OUTBOX_KEY_LOCK_SPACE}
-        )
-        return cursor.fetchone()[0]
-
-
-def outbox_claim(connection, params) -> list[OutboxMessage]:
-    with connection.cursor() as cursor:
-        cursor.execute(OUTBOX_CLAIM, params)
-        return OUTBOX_ROWS.read(connection, cursor.fetchall())
-
-
 # A transaction that cannot hold its locks, nor wait on others', for longer than `seconds`:
 # each statement, each lock wait and each pause between statements is bounded (SET LOCAL, so
 # through a transaction pooler too, where no session setting would stay the process's own). A
@@ -772,7 +663,134 @@ SELECT set_config('statement_timeout', %(ms)s, true),
        set_config('idle_in_transaction_session_timeout', %(ms)s, true)
 """
 
+# Wake the workers listening on these queues (delivered only if the transaction commits).
+NOTIFY = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
 
-def bound_transaction(connection, seconds: float) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(BOUND_TRANSACTION, {"ms": f"{max(1, int(seconds * 1000))}ms"})
+
+class PostgreSQL(SharedSQL):
+    """The store's SQL on PostgreSQL (jobqueue.store.dialects.Dialect): batches are single
+    statements, the hot ones prepared (fetch)."""
+
+    LOOPS = False  # batches are single statements
+    # A bulk enqueue builds and sends its plain jobs this many at a time (Sender): small enough
+    # that the first batch, built before anything can overlap, is short; large enough that each
+    # statement's own cost is spread (100 to 250 were alike, 1,000 a third slower, hand-run).
+    SEND_CHUNK = 100
+    _outbox_claim = OUTBOX_CLAIM
+
+    def claim(
+        self, connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None
+    ):
+        """Lease jobs without a concurrency key, or with `keys`: those of the given concurrency
+        keys (found by ready_keys), in the caller's transaction, which holds them from here on."""
+        if keys is not None:
+            keys = [row[0] for row in fetch(connection, LOCK_KEYS, {"keys": keys})]
+            if not keys:
+                return []
+            shape = ClaimShape("keyed", bool(queues), bool(excluded))
+        elif excluded or (queues and len(queues) > 1) or _some_queue_paused(connection):
+            shape = ClaimShape("by_queue", bool(queues), bool(excluded))
+        else:
+            shape = ClaimShape("plain", bool(queues))
+        params = {
+            "now": now,
+            "limit": limit,
+            "lease_until": lease_until,
+            "worker_id": worker_id,
+            "queues": queues,
+            "excluded": excluded,
+            "keys": keys,
+        }
+        return JOB_ROWS.read(
+            connection, fetch(connection, CLAIMS[shape], params, timestamps=True), **claimed(params)
+        )
+
+    def ready_keys(self, connection) -> list[str]:
+        return [row[0] for row in fetch(connection, READY_KEYS, {"max_keys": MAX_KEYS})]
+
+    def acknowledge(self, connection, rows, *, now):
+        document = ",".join(
+            f"[{int(job_id)},{_json_token(token)},{result}]" for job_id, token, result in rows
+        )
+        params = {"rows": f"[{document}]", "now": now}
+        return {row[0] for row in fetch(connection, ACKNOWLEDGE, params)}
+
+    def extend(self, connection, table, leases, *, now, until):
+        ids, tokens = zip(*leases, strict=True)
+        params = {"ids": list(ids), "tokens": list(tokens), "now": now, "until": until}
+        return {row[0] for row in fetch(connection, EXTEND[table], params)}
+
+    def insert_many(self, connection, jobs, *, now):
+        if len(jobs) == 1:
+            [job] = jobs
+            params = [
+                job.task_path,
+                job.queue_name,
+                job.priority,
+                job.backend,
+                *job.encoded_payload,
+                job.run_after,
+                job.max_attempts,
+                now,
+                now,
+                NOTIFY_CHANNEL,
+            ]
+            job.pk = fetch(connection, INSERT_ONE, params)[0][0]
+            return
+        # One statement: a batch is at most SEND_CHUNK jobs (jobqueue.store.jobs.enqueue_many).
+        _take_ids(jobs, fetch(connection, INSERT_MANY, _insert_many_params(jobs, now)))
+
+    def insert_keyed(self, connection, jobs, *, now) -> list[int | None]:
+        """One job: plain parameters, as before there was a batch statement; more:
+        INSERT_KEYED_MANY."""
+        if len(jobs) == 1:
+            [j] = jobs
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    INSERT_KEYED,
+                    [
+                        j.task_path, j.queue_name, j.priority, j.backend, *j.encoded_payload,
+                        j.idempotency_key, j.run_after, j.max_attempts, j.enqueued_at,
+                        j.ordering_key, j.ordering_on_dead, j.concurrency_key,
+                        j.concurrency_limit, j.replayed_from_id, j.ordering_position,
+                    ],
+                )  # fmt: skip
+                row = cursor.fetchone()
+            return [row[0] if row else None]
+        rows = fetch(connection, INSERT_KEYED_MANY, {"now": now, "rows": keyed_rows_json(jobs)})
+        by_key = {key: job_id for job_id, key in rows}
+        # A key's first job took the id; a later one of the same key is a no-op.
+        return [by_key.pop(j.idempotency_key, None) for j in jobs]
+
+    def sender(self, connection, now):
+        return Sender(self, connection, now)
+
+    def notify(self, connection, queues):
+        if not queues:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(NOTIFY, [NOTIFY_CHANNEL, sorted(queues)])
+
+    def mark_replaying(self, connection, rows, *, now):
+        """One statement (bulk_update's CASE per row and field was most of a replay batch's
+        time)."""
+        if not rows:
+            return
+        ids, jobs, refs = zip(*rows, strict=True)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                MARK_REPLAYING,
+                {"ids": list(ids), "jobs": list(jobs), "refs": list(refs), "now": now},
+            )
+
+    def outbox_insert(self, connection, params) -> int:
+        sql = OUTBOX_INSERT if params["key"] is None else OUTBOX_INSERT_KEYED
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql, {**params, "channel": OUTBOX_NOTIFY_CHANNEL, "space": OUTBOX_KEY_LOCK_SPACE}
+            )
+            return cursor.fetchone()[0]
+
+    def bound_transaction(self, connection, seconds: float) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(BOUND_TRANSACTION, {"ms": f"{max(1, int(seconds * 1000))}ms"})

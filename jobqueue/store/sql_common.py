@@ -1,7 +1,19 @@
-"""Statements whose text is the same on PostgreSQL and SQLite, named once."""
+"""Statements whose text is the same on PostgreSQL and SQLite, named once, and the code both
+dialects run alike (SharedSQL)."""
+
+from jobqueue.models import Job, OutboxMessage
+
+from .rows import Rows
 
 # The leased tables and the state each calls "leased" (jobqueue.store.leases.JOBS, OUTBOX).
 LEASED = {"jobqueue_job": "running", "jobqueue_outbox": "leased"}
+
+
+def per_leased_table(template: str) -> dict[str, str]:
+    """A statement over a leased table, one per table: its name and its own "leased" state
+    formatted in ({table}, {leased})."""
+    return {table: template.format(table=table, leased=state) for table, state in LEASED.items()}
+
 
 COUNTERS_UPSERT = """
 INSERT INTO jobqueue_jobcounter
@@ -71,6 +83,11 @@ CLAIM_KNOWS = (
 )  # fmt: skip
 
 
+# A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
+JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
+OUTBOX_ROWS = Rows(OutboxMessage)
+
+
 def claimed(params: dict) -> dict:
     """The CLAIM_KNOWS values of the rows a claim with these parameters leased."""
     return {
@@ -97,3 +114,14 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE jobqueue_leaderlease.holder = excluded.holder OR jobqueue_leaderlease.expires_at <= %s
 RETURNING holder
 """
+
+
+class SharedSQL:
+    """What both dialects run with the same code, each on its own statement."""
+
+    _outbox_claim: str  # the dialect's OUTBOX_CLAIM: RETURNING OUTBOX_ROWS.columns()
+
+    def outbox_claim(self, connection, params) -> list[OutboxMessage]:
+        with connection.cursor() as cursor:
+            cursor.execute(self._outbox_claim, params)
+            return OUTBOX_ROWS.read(connection, cursor.fetchall())

@@ -1,4 +1,4 @@
-"""SQLite statements of the store.
+"""SQLite statements of the store, and the dialect that runs them (`SQLite`).
 
 Every store transaction runs as BEGIN IMMEDIATE (settings: transaction_mode), so a claim with its
 sweep holds the database's single write lock from its first read. A claim without the sweep is one
@@ -7,18 +7,22 @@ subquery reads, so it is as exclusive. Either way no other process can lease the
 the subquery cannot see a concurrent claim's rows half-updated.
 """
 
-from jobqueue.models import Job, OutboxMessage
+from functools import lru_cache
+from typing import NamedTuple
 
-from .rows import Rows
-from .sql_common import CLAIM_KNOWS, LEASED, ORDER_IS_FREE, OUTBOX_KEY_IS_FREE, claimed
+from jobqueue.models import Job
 
-# A claim returns what it did not write itself; the lease it wrote is filled in (claimed()).
-JOB_ROWS = Rows(Job, omit=CLAIM_KNOWS)
-OUTBOX_ROWS = Rows(OutboxMessage)
+from .sql_common import (
+    JOB_ROWS,
+    ORDER_IS_FREE,
+    OUTBOX_KEY_IS_FREE,
+    OUTBOX_ROWS,
+    SharedSQL,
+    claimed,
+    per_leased_table,
+)
+
 _JOB_COLUMNS = JOB_ROWS.columns()
-
-LOOPS = True  # batches are one statement per row: run them under one write lock
-SEND_CHUNK = 500  # jobs a bulk enqueue builds before it writes them (one bulk_create)
 
 LEASE = """
 UPDATE jobqueue_job SET
@@ -77,25 +81,44 @@ PICK_KEYED = """
 MAX_KEYS = 200
 CLAIM = LEASE.replace("{pick}", PICK)
 
+
+class ClaimShape(NamedTuple):
+    """Which claim statement a claim runs (claim_statement). SQLite has no array parameters:
+    each named queue, queue left out and concurrency key is a placeholder of its own, so the
+    shape is their counts."""
+
+    queues: int = 0  # %(q0)s…: the worker's named queues; 0: every queue
+    excluded: int = 0  # %(x0)s…: queues left out (those under a rate limit, claimed apart)
+    keys: int | None = None  # %(k0)s…: the keyed claim's concurrency keys; None: the plain claim
+
+
+@lru_cache(maxsize=1024)  # shapes are few: a worker's queues, its rate limits, <= MAX_KEYS keys
+def claim_statement(shape: ClaimShape) -> str:
+    """The claim of this shape: CLAIM, or while concurrency keys are ready, LEASE over
+    PICK_KEYED's candidates (each key's next jobs, then the keyless jobs' next)."""
+    queue_filter = ""
+    if shape.queues:
+        names = [f"%(q{i})s" for i in range(shape.queues)]
+        queue_filter = f"AND queue_name IN ({', '.join(names)})"
+    if shape.excluded:
+        names = [f"%(x{i})s" for i in range(shape.excluded)]
+        queue_filter += f" AND queue_name NOT IN ({', '.join(names)})"
+    template = CLAIM
+    if shape.keys is not None:
+        candidates = " UNION ALL ".join(
+            [*(_NEXT_OF_KEY.replace("{n}", str(n)) for n in range(shape.keys)), _NEXT_KEYLESS]
+        )
+        template = LEASE.replace("{pick}", PICK_KEYED.replace("{candidates}", candidates))
+    return template.format(
+        queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
+    )
+
+
 READY_KEYS = f"""
 SELECT DISTINCT concurrency_key FROM jobqueue_job
 WHERE state = 'ready' AND concurrency_key IS NOT NULL
 LIMIT {MAX_KEYS}
 """
-
-
-def ready_keys(connection) -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute(READY_KEYS)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def _claim_keyed_sql(keys) -> tuple[str, dict]:
-    candidates = " UNION ALL ".join(
-        [*(_NEXT_OF_KEY.replace("{n}", str(n)) for n in range(len(keys))), _NEXT_KEYLESS]
-    )
-    pick = PICK_KEYED.replace("{candidates}", candidates)
-    return LEASE.replace("{pick}", pick), {f"k{n}": key for n, key in enumerate(keys)}
 
 
 ACKNOWLEDGE = """
@@ -109,7 +132,7 @@ _EXTEND = """
 UPDATE {table} SET locked_until = %s
 WHERE id = %s AND state = '{leased}' AND lease_token = %s AND locked_until > %s
 """
-EXTEND = {table: _EXTEND.format(table=table, leased=state) for table, state in LEASED.items()}
+EXTEND = per_leased_table(_EXTEND)
 
 INSERT_KEYED = """
 INSERT INTO jobqueue_job (
@@ -145,58 +168,8 @@ def _keyed_row(connection, job) -> list:
     ]
 
 
-def insert_keyed(connection, jobs, *, now) -> list[int | None]:
-    """Ready jobs with an idempotency key, one statement each (SQLite runs in this process: no
-    round trips to save); per job its id, or None where a live job holds its key."""
-    ids = []
-    with connection.cursor() as cursor:
-        for job in jobs:
-            cursor.execute(INSERT_KEYED, _keyed_row(connection, job))
-            row = cursor.fetchone()
-            ids.append(row[0] if row else None)
-    return ids
-
-
 def _ts(connection, value):
     return connection.ops.adapt_datetimefield_value(value)
-
-
-def claim(connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None):
-    params = {
-        "now": _ts(connection, now),
-        "limit": limit,
-        "lease_until": _ts(connection, lease_until),
-        "worker_id": worker_id,
-    }
-    queue_filter = ""
-    if queues:
-        names = [f"%(q{i})s" for i in range(len(queues))]
-        queue_filter = f"AND queue_name IN ({', '.join(names)})"
-        params.update({f"q{i}": q for i, q in enumerate(queues)})
-    if excluded:
-        names = [f"%(x{i})s" for i in range(len(excluded))]
-        queue_filter += f" AND queue_name NOT IN ({', '.join(names)})"
-        params.update({f"x{i}": q for i, q in enumerate(excluded)})
-    template = CLAIM
-    if keys is not None:
-        template, key_params = _claim_keyed_sql(keys)
-        params.update(key_params)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            template.format(
-                queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
-            ),
-            params,
-        )
-        jobs = JOB_ROWS.read(
-            connection,
-            cursor.fetchall(),
-            **claimed({"now": now, "lease_until": lease_until, "worker_id": worker_id}),
-        )
-    # SQLite returns RETURNING rows in no promised order (in practice by id): the batch starts
-    # in the subquery's order, best priority first, as PostgreSQL's claim returns it.
-    jobs.sort(key=_start_order)
-    return jobs
 
 
 def _start_order(job):
@@ -217,64 +190,12 @@ def _each(connection, sql, rows):
     return changed
 
 
-def acknowledge(connection, rows, *, now):
-    now = _ts(connection, now)
-    return _each(
-        connection,
-        ACKNOWLEDGE,
-        ((job_id, [now, result, job_id, token, now]) for job_id, token, result in rows),
-    )
-
-
-def extend(connection, table, leases, *, now, until):
-    now, until = _ts(connection, now), _ts(connection, until)
-    return _each(
-        connection,
-        EXTEND[table],
-        ((row_id, [until, row_id, token, now]) for row_id, token in leases),
-    )
-
-
-def insert_many(connection, jobs, *, now):
-    Job.objects.using(connection.alias).bulk_create(jobs)
-
-
-class Sender:
-    """A bulk enqueue's batches of plain jobs, each inserted as it comes: SQLite runs in this
-    process, so there is nothing to overlap building a batch with."""
-
-    def __init__(self, connection, now):
-        self.connection, self.now = connection, now
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return False
-
-    def send(self, jobs):
-        insert_many(self.connection, jobs, now=self.now)
-
-    def flush(self):
-        pass
-
-
-def notify(connection, queues):
-    """SQLite has no notifications: workers poll."""
-
-
 MARK_REPLAYING = """
 UPDATE jobqueue_deadletter SET
     state = 'replaying', replays = replays + 1, last_replayed_at = %s, replay_job_id = %s,
     replay_ref = COALESCE(%s, replay_ref)
 WHERE id = %s
 """
-
-
-def mark_replaying(connection, rows, *, now):
-    now = _ts(connection, now)
-    with connection.cursor() as cursor:
-        cursor.executemany(MARK_REPLAYING, [(now, job, ref, pk) for pk, job, ref in rows])
 
 
 # --- the outbox table ---------------------------------------------------------------------
@@ -307,18 +228,117 @@ RETURNING {OUTBOX_ROWS.columns()}
 """
 
 
-def outbox_insert(connection, params) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(OUTBOX_INSERT, params)
-        return cursor.fetchone()[0]
+class Sender:
+    """A bulk enqueue's batches of plain jobs, each inserted as it comes: SQLite runs in this
+    process, so there is nothing to overlap building a batch with."""
+
+    def __init__(self, dialect, connection, now):
+        self.dialect, self.connection, self.now = dialect, connection, now
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        return False
+
+    def send(self, jobs):
+        self.dialect.insert_many(self.connection, jobs, now=self.now)
+
+    def flush(self):
+        pass
 
 
-def outbox_claim(connection, params) -> list[OutboxMessage]:
-    with connection.cursor() as cursor:
-        cursor.execute(OUTBOX_CLAIM, params)
-        return OUTBOX_ROWS.read(connection, cursor.fetchall())
+class SQLite(SharedSQL):
+    """The store's SQL on SQLite (jobqueue.store.dialects.Dialect): one writer at a time, so a
+    batch is a loop of guarded statements under its write lock."""
 
+    LOOPS = True  # batches are one statement per row: run them under one write lock
+    SEND_CHUNK = 500  # jobs a bulk enqueue builds before it writes them (one bulk_create)
+    _outbox_claim = OUTBOX_CLAIM
 
-def bound_transaction(connection, seconds: float) -> None:
-    """Nothing to bound: one process writes at a time, and the others wait for its write lock
-    for at most their own busy timeout (OPTIONS["timeout"]) before they fail and retry."""
+    def claim(
+        self, connection, *, worker_id, queues, limit, now, lease_until, excluded=None, keys=None
+    ):
+        params = {
+            "now": _ts(connection, now),
+            "limit": limit,
+            "lease_until": _ts(connection, lease_until),
+            "worker_id": worker_id,
+        }
+        if queues:
+            params.update({f"q{i}": q for i, q in enumerate(queues)})
+        if excluded:
+            params.update({f"x{i}": q for i, q in enumerate(excluded)})
+        if keys is not None:
+            params.update({f"k{n}": key for n, key in enumerate(keys)})
+        shape = ClaimShape(
+            len(queues) if queues else 0,
+            len(excluded) if excluded else 0,
+            None if keys is None else len(keys),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(claim_statement(shape), params)
+            jobs = JOB_ROWS.read(
+                connection,
+                cursor.fetchall(),
+                **claimed({"now": now, "lease_until": lease_until, "worker_id": worker_id}),
+            )
+        # SQLite returns RETURNING rows in no promised order (in practice by id): the batch
+        # starts in the subquery's order, best priority first, as PostgreSQL's claim returns it.
+        jobs.sort(key=_start_order)
+        return jobs
+
+    def ready_keys(self, connection) -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(READY_KEYS)
+            return [row[0] for row in cursor.fetchall()]
+
+    def acknowledge(self, connection, rows, *, now):
+        now = _ts(connection, now)
+        return _each(
+            connection,
+            ACKNOWLEDGE,
+            ((job_id, [now, result, job_id, token, now]) for job_id, token, result in rows),
+        )
+
+    def extend(self, connection, table, leases, *, now, until):
+        now, until = _ts(connection, now), _ts(connection, until)
+        return _each(
+            connection,
+            EXTEND[table],
+            ((row_id, [until, row_id, token, now]) for row_id, token in leases),
+        )
+
+    def insert_many(self, connection, jobs, *, now):
+        Job.objects.using(connection.alias).bulk_create(jobs)
+
+    def insert_keyed(self, connection, jobs, *, now) -> list[int | None]:
+        """One statement each (SQLite runs in this process: no round trips to save)."""
+        ids = []
+        with connection.cursor() as cursor:
+            for job in jobs:
+                cursor.execute(INSERT_KEYED, _keyed_row(connection, job))
+                row = cursor.fetchone()
+                ids.append(row[0] if row else None)
+        return ids
+
+    def sender(self, connection, now):
+        return Sender(self, connection, now)
+
+    def notify(self, connection, queues):
+        """SQLite has no notifications: workers poll."""
+
+    def mark_replaying(self, connection, rows, *, now):
+        now = _ts(connection, now)
+        with connection.cursor() as cursor:
+            cursor.executemany(MARK_REPLAYING, [(now, job, ref, pk) for pk, job, ref in rows])
+
+    def outbox_insert(self, connection, params) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(OUTBOX_INSERT, params)
+            return cursor.fetchone()[0]
+
+    def bound_transaction(self, connection, seconds: float) -> None:
+        """Nothing to bound: one process writes at a time, and the others wait for its write
+        lock for at most their own busy timeout (OPTIONS["timeout"]) before they fail and
+        retry."""

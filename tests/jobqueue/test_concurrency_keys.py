@@ -141,7 +141,7 @@ def test_a_keyed_claim_never_leases_again_what_another_claim_took_while_it_chose
     [keyed] = tenant("k", 1)  # a keyed job ready: claims take the keyed statement
     keyless = int(tasks.noop.using(run_after=T0).enqueue(1).id)
     now = T0 + timedelta(1)
-    statement = postgresql._CLAIMS[postgresql.CLAIM_KEYED, False, False]
+    statement = postgresql.CLAIMS[postgresql.ClaimShape("keyed")]
     paused = statement.replace(
         "FROM unnest(%(keys)s::text[]) AS key(k)",
         "FROM unnest(%(keys)s::text[]) AS key(k) CROSS JOIN (SELECT pg_sleep(2)) AS pause",

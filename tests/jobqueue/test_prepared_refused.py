@@ -47,7 +47,7 @@ def test_a_clash_says_set_pooler_and_the_retry_runs_unprepared(foreign_prepared_
 
 
 def test_a_bulk_enqueue_clash_turns_preparing_off_too(foreign_prepared_statements, caplog):
-    calls = [((n,), {}) for n in range(3 * postgresql.SEND_CHUNK)]
+    calls = [((n,), {}) for n in range(3 * postgresql.PostgreSQL.SEND_CHUNK)]
     with pytest.raises(DatabaseError):
         task_backends["default"].enqueue_many(tasks.noop, calls)
     assert "event=prepared_statements_off" in caplog.text
