@@ -166,7 +166,12 @@ def _hot(job: Job) -> bool:
 
 
 def _enqueue_batch(
-    connection, dialect, batch: Sequence[tuple[Job, Unique | None]], now, using, sender=None
+    connection,
+    dialect: dialects.Dialect,
+    batch: Sequence[tuple[Job, Unique | None]],
+    now,
+    using,
+    sender: dialects.Sender | None = None,
 ) -> list[tuple[Job, bool]]:
     jobs = [job for job, _ in batch]
     results: list[tuple[Job, bool]] = [(job, True) for job in jobs]
@@ -191,7 +196,9 @@ def _enqueue_batch(
     return results
 
 
-def _insert_keyed(connection, dialect, keyed: list[tuple[int, Job]], results, now, using):
+def _insert_keyed(
+    connection, dialect: dialects.Dialect, keyed: list[tuple[int, Job]], results, now, using
+):
     """Jobs with an idempotency key, through the dialect's insert_keyed; a job whose key a live
     job holds (an earlier one of this batch included) is not inserted: its result is that job."""
     woken = set()
@@ -211,7 +218,9 @@ def _insert_keyed(connection, dialect, keyed: list[tuple[int, Job]], results, no
     dialect.notify(connection, woken)
 
 
-def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> None:
+def _insert(
+    connection, dialect: dialects.Dialect, jobs: list[Job], now: datetime, using: str
+) -> None:
     """Insert keyless jobs: the plain ones through the dialect's hot INSERT, the others (few)
     through the ORM's."""
     plain, ordered = [], []
@@ -228,7 +237,9 @@ def _insert(connection, dialect, jobs: list[Job], now: datetime, using: str) -> 
         dialect.notify(connection, due)
 
 
-def _enqueue_unique(connection, dialect, job: Job, spec: Unique, now, using) -> tuple[Job, bool]:
+def _enqueue_unique(
+    connection, dialect: dialects.Dialect, job: Job, spec: Unique, now, using
+) -> tuple[Job, bool]:
     """Insert `job` unless the job holding `spec.key` still holds it: then that job. The key's
     row is read FOR UPDATE, so enqueues of one key queue behind each other; two that both find
     no row both insert, and the primary key fails the second, whose savepoint rolls back (its
@@ -390,7 +401,9 @@ def claim(
     return _claim_all(dialect, connections[using], arguments, using)
 
 
-def _claim_all(dialect, connection, arguments: dict, using: str, keys=None) -> list[Job]:
+def _claim_all(
+    dialect: dialects.Dialect, connection, arguments: dict, using: str, keys=None
+) -> list[Job]:
     """The claim. While jobs with a concurrency key are ready, the keyed statement: each key
     within its limit, the keyless jobs as one more key, every key's next job before any key's
     second. Otherwise the plain one (one statement, atomic by itself); telling which costs one
@@ -427,7 +440,9 @@ def throttled(queues, *, now: datetime, using: str = "default") -> bool:
     )
 
 
-def _claim_rate_limited(dialect, arguments, limits, sweep, swept_dead, using) -> list[Job]:
+def _claim_rate_limited(
+    dialect: dialects.Dialect, arguments, limits, sweep, swept_dead, using
+) -> list[Job]:
     """The claim with rate-limited queues taken apart: the other queues as usual, then each
     limited queue this worker serves for as many jobs as its bucket has tokens. The bucket row
     is locked until the transaction commits, so workers on every host share one rate."""
