@@ -82,7 +82,8 @@ class Dialect(Protocol):
         """Lease up to `limit` due ready jobs (of `queues`, none of `excluded`, none of a paused
         queue, none an earlier job of its ordering key holds back) in priority order; without
         `keys` only jobs of no concurrency key, with them those keys' within their limits and
-        the keyless ones. No two claims lease one job; returns them best first."""
+        the keyless ones (in the caller's transaction, which holds the keys until it ends). No
+        two claims lease one job; returns them best first."""
 
     def ready_keys(self, connection: BaseDatabaseWrapper) -> list[str]:
         """Concurrency keys with ready jobs (a bounded number): the keyed claim's `keys`."""
