@@ -106,7 +106,7 @@ def main():
     from bench.tasks import noop
     from jobqueue import store
 
-    env = {**os.environ, "JOBQUEUE_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "REDRIVE_LOG_LEVEL": "WARNING"}
     workers = [
         subprocess.Popen(
             [sys.executable, "manage.py", "runworker", "--concurrency", "2"],

@@ -21,7 +21,7 @@ measures:
    kept-alive connection per thread) plus the claim and mark statements.
 
 The relay's rate is messages / (last published_at - first claim), from the rows themselves; the
-process's wall time (start-up included) is printed beside it. JOBQUEUE_LOG_LEVEL=WARNING for the
+process's wall time (start-up included) is printed beside it. REDRIVE_LOG_LEVEL=WARNING for the
 relay unless --log-level says otherwise. Targets: ≥ 5,000 messages/s to jobs (issue 6); to
 RabbitMQ ≥ 5,000 messages/s and ≥ 60% of its floor, to a 50 ms webhook ≥ 2,000 messages/s
 (issue 21). The machine may be shared: read the ratios to the floor, measured in the same run.
@@ -100,7 +100,7 @@ def run_relay(n: int, *, config: dict, batch: int, level: str, relays: int = 1) 
         **os.environ,
         "DATABASE_URL": DB_URL,
         "REDRIVE_OUTBOX": json.dumps(config),
-        "JOBQUEUE_LOG_LEVEL": level,
+        "REDRIVE_LOG_LEVEL": level,
     }
     started = time.monotonic()
     procs = [

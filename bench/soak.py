@@ -44,7 +44,7 @@ def main():
     opts = parser.parse_args()
 
     URL = recreate_database("redrive_soak", migrate=True)
-    env = {**os.environ, "DATABASE_URL": URL, "JOBQUEUE_LOCK_TIMEOUT": "1"}
+    env = {**os.environ, "DATABASE_URL": URL, "REDRIVE_LOCK_TIMEOUT": "1"}
     os.environ.update(DATABASE_URL=URL, DJANGO_SETTINGS_MODULE="config.settings")
     import django
 

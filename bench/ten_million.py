@@ -193,7 +193,7 @@ def main():
     args = parser.parse_args()
     os.environ["DATABASE_URL"] = recreate_database(BENCH_DB, migrate=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("JOBQUEUE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("REDRIVE_LOG_LEVEL", "WARNING")
     import django
 
     django.setup()

@@ -367,7 +367,7 @@ def run_workers(
         subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=child_env(JOBQUEUE_LOG_LEVEL=level),
+            env=child_env(REDRIVE_LOG_LEVEL=level),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -525,7 +525,7 @@ def bench_rate_limit(rate: float, seconds: float) -> dict:
         conn.execute("UPDATE jobqueue_job SET queue_name = 'limited'")
         conn.execute("TRUNCATE jobqueue_ratebucket")
     cmd = [sys.executable, "manage.py", "runworker", "--burst", "--poll", "0.02"]
-    env = child_env(JOBQUEUE_RATE_LIMITS=f'{{"limited": {rate}}}', JOBQUEUE_LOG_LEVEL="WARNING")
+    env = child_env(REDRIVE_RATE_LIMITS=f'{{"limited": {rate}}}', REDRIVE_LOG_LEVEL="WARNING")
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL) for _ in range(4)]
     codes = [p.wait(timeout=seconds * 3 + 60) for p in procs]
     with raw() as conn:
@@ -559,7 +559,7 @@ def bench_latency(n: int, spacing: float) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runworker", "--concurrency", "2"],
         cwd=ROOT,
-        env=child_env(JOBQUEUE_LOG_LEVEL="WARNING"),
+        env=child_env(REDRIVE_LOG_LEVEL="WARNING"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

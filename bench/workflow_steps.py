@@ -111,7 +111,7 @@ def setup(keep: bool) -> tuple[str, callable]:
     from bench.benchdb import drop_database, recreate_database
 
     url = os.environ.get("DATABASE_URL", "")
-    os.environ.setdefault("JOBQUEUE_LOG_LEVEL", "WARNING")  # no line per job on stderr
+    os.environ.setdefault("REDRIVE_LOG_LEVEL", "WARNING")  # no line per job on stderr
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     if urlsplit(url).scheme.startswith("postgres"):
         url = recreate_database(DB, migrate=True)

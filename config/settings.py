@@ -140,7 +140,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Worker subprocesses in the tests must see the test database, so it lives in a file.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
-elif os.environ.get("JOBQUEUE_POOLER") == "transaction":
+elif os.environ.get("REDRIVE_POOLER") == "transaction":
     # A transaction pooler cannot keep a server-side cursor (Django's .iterator()) across
     # statements.
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
@@ -188,7 +188,7 @@ LOGGING = {
     "loggers": {
         "jobqueue": {
             "handlers": ["console"],
-            "level": os.environ.get("JOBQUEUE_LOG_LEVEL", "INFO"),
+            "level": os.environ.get("REDRIVE_LOG_LEVEL", "INFO"),
         },
         "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         # Server errors (500s, with their tracebacks) to stderr: Django's default sends them
@@ -199,8 +199,9 @@ LOGGING = {
 
 
 # Redrive's one settings dict (README, "Settings"). Here each key comes from an environment
-# variable, so a deployment (or a test's worker processes) sets them without code; a library
-# user writes the dict directly. A value that does not parse stops start-up with its name.
+# variable named REDRIVE_ and the key, so a deployment (or a test's worker processes) sets them
+# without code; a library user writes the dict directly. A value that does not parse stops
+# start-up with its name.
 def _env(name, default, kind=str):
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -238,39 +239,39 @@ def _env_json(name):
 
 REDRIVE = {
     # Retry and lease policy for jobs; each task may override max_attempts, timeout and backoff.
-    "MAX_ATTEMPTS": _env("JOBQUEUE_MAX_ATTEMPTS", 5, int),
-    "BACKOFF_BASE": _env("JOBQUEUE_BACKOFF_BASE", 1.0, float),
-    "BACKOFF_CAP": _env("JOBQUEUE_BACKOFF_CAP", 3600.0, float),
-    "LEASE_SECONDS": _env("JOBQUEUE_LEASE_SECONDS", 30.0, float),
-    "POLL_INTERVAL": _env("JOBQUEUE_POLL_INTERVAL", 1.0, float),
-    "LOCK_TIMEOUT": _env("JOBQUEUE_LOCK_TIMEOUT", 5.0, float),
+    "MAX_ATTEMPTS": _env("REDRIVE_MAX_ATTEMPTS", 5, int),
+    "BACKOFF_BASE": _env("REDRIVE_BACKOFF_BASE", 1.0, float),
+    "BACKOFF_CAP": _env("REDRIVE_BACKOFF_CAP", 3600.0, float),
+    "LEASE_SECONDS": _env("REDRIVE_LEASE_SECONDS", 30.0, float),
+    "POLL_INTERVAL": _env("REDRIVE_POLL_INTERVAL", 1.0, float),
+    "LOCK_TIMEOUT": _env("REDRIVE_LOCK_TIMEOUT", 5.0, float),
     # Off behind a pooler in transaction mode that cannot keep prepared statements.
-    "PREPARED_STATEMENTS": _env("JOBQUEUE_PREPARED_STATEMENTS", True, _flag),
+    "PREPARED_STATEMENTS": _env("REDRIVE_PREPARED_STATEMENTS", True, _flag),
     # PgBouncer in transaction pooling mode: "transaction"; the LISTEN then needs a direct DSN.
-    "POOLER": _env("JOBQUEUE_POOLER", ""),
-    "LISTEN_DSN": _env("JOBQUEUE_LISTEN_DSN", ""),
+    "POOLER": _env("REDRIVE_POOLER", ""),
+    "LISTEN_DSN": _env("REDRIVE_LISTEN_DSN", ""),
     # Health: seconds without a worker record refresh before the worker shows as lost.
-    "WORKER_LOST_AFTER": _env("JOBQUEUE_WORKER_LOST_AFTER", 60.0, float),
+    "WORKER_LOST_AFTER": _env("REDRIVE_WORKER_LOST_AFTER", 60.0, float),
     # /metrics accepts `Authorization: Bearer <token>` (or a staff login); empty: staff only.
     "METRICS_TOKEN": _env("REDRIVE_METRICS_TOKEN", ""),
     # The code version workers run: a worker that starts with a new one records a deploy
     # marker (set it in the deploy: the image tag, the commit); empty, workers record none.
     "VERSION": _env("REDRIVE_VERSION", ""),
     # Jobs per second per queue across every worker, as JSON: {"emails": 10}.
-    "RATE_LIMITS": _env_json("JOBQUEUE_RATE_LIMITS"),
+    "RATE_LIMITS": _env_json("REDRIVE_RATE_LIMITS"),
     # Transactional outbox: routes, destinations, subscribers, as JSON (jobqueue/outbox.py).
     "OUTBOX": _env_json("REDRIVE_OUTBOX"),
     # The console's replays.
-    "REPLAY_BATCH_SIZE": _env("DEADLETTERS_REPLAY_BATCH_SIZE", 100, int),
-    "MAX_REPLAYS": _env("DEADLETTERS_MAX_REPLAYS", 3, int),
-    "REPLAY_RATE": _env("DEADLETTERS_REPLAY_RATE", 0.0, float),
-    "REPLAY_QUEUE": _env("DEADLETTERS_QUEUE", "deadletters"),
+    "REPLAY_BATCH_SIZE": _env("REDRIVE_REPLAY_BATCH_SIZE", 100, int),
+    "MAX_REPLAYS": _env("REDRIVE_MAX_REPLAYS", 3, int),
+    "REPLAY_RATE": _env("REDRIVE_REPLAY_RATE", 0.0, float),
+    "REPLAY_QUEUE": _env("REDRIVE_REPLAY_QUEUE", "deadletters"),
     # Sources whose terminal failures the console shows: "jobqueue" (ours, outbox included) and
     # "django_q2" (the bridge), both by default so the demo shows the bridge
     # (REDRIVE_SOURCES=jobqueue turns it off).
     "SOURCES": _env_list("REDRIVE_SOURCES", "jobqueue,django_q2"),
     # The zone the console shows times in (IANA name).
-    "TIME_ZONE": _env("DEADLETTERS_TIME_ZONE", "UTC"),
+    "TIME_ZONE": _env("REDRIVE_TIME_ZONE", "UTC"),
     # Effects outside the database: jobqueue.redis_once's Redis.
     "REDIS_URL": _env("REDRIVE_REDIS_URL", ""),
     # Brokers' dead-letter queues in the console (add "rabbitmq" / "sqs" to REDRIVE_SOURCES),
@@ -290,8 +291,8 @@ if "django_q2" in REDRIVE["SOURCES"]:
 
 # Payload keys whose values are masked: case-insensitive regular expressions searched in each
 # key; a comma list replaces the default (deadletters/conf.py).
-if os.environ.get("DEADLETTERS_REDACT_PATTERNS"):
-    REDRIVE["REDACT_PATTERNS"] = _env_list("DEADLETTERS_REDACT_PATTERNS", "")
+if os.environ.get("REDRIVE_REDACT_PATTERNS"):
+    REDRIVE["REDACT_PATTERNS"] = _env_list("REDRIVE_REDACT_PATTERNS", "")
 
 # django-q2 on the ORM broker (same database, so a replay's enqueue commits with its audit rows).
 # A failed task is retried when its broker lock expires (`retry` seconds) until `max_attempts`;

@@ -27,12 +27,12 @@ class FaultPoints:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-# JOBQUEUE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: a worker SIGKILLs itself
+# REDRIVE_FAULT=after_claim|after_effect|after_ack|heartbeat|in_tick: a worker SIGKILLs itself
 # at that point (in_tick: a periodic job's tick enqueued by the chores, its transaction not yet
 # committed). Here, not in the worker, because the worker and its chores (jobqueue.chores) share
 # the one variable.
 worker_fault_point = FaultPoints(
-    "JOBQUEUE_FAULT",
+    "REDRIVE_FAULT",
     {"after_claim", "after_effect", "after_ack", "heartbeat", "in_tick"},
     "jobqueue",
 )

@@ -49,7 +49,7 @@ from jobqueue.store import outbox_messages as outbox_store
 
 logger = logging.getLogger("jobqueue.relay")
 
-# Crash drills, like the worker's JOBQUEUE_FAULT: the relay SIGKILLs itself at that point.
+# Crash drills, like the worker's REDRIVE_FAULT: the relay SIGKILLs itself at that point.
 fault_point = FaultPoints(
     "REDRIVE_RELAY_FAULT", {"after_claim", "after_publish", "after_mark"}, "relay"
 )

@@ -68,12 +68,12 @@ MAX_NAME = 200
 MAX_STEP_ERRORS = 20  # a step's row keeps its latest failures, not every one
 MAX_LISTED_LETTERS = 1_000  # a batch's result names at most this many of its items' letters
 
-# Crash drills for workflows: JOBQUEUE_STEP_FAULT=<point>:<step name> SIGKILLs the worker there.
+# Crash drills for workflows: REDRIVE_STEP_FAULT=<point>:<step name> SIGKILLs the worker there.
 # before: the step is about to run; after_effect: it returned, nothing recorded yet (inside the
 # transaction of an atomic step); after_record: its record committed; in_chunk: a batch chunk's
 # items ran, its checkpoint not yet committed.
 fault_point = FaultPoints(
-    "JOBQUEUE_STEP_FAULT",
+    "REDRIVE_STEP_FAULT",
     {"before", "after_effect", "after_record", "in_chunk"},
     "workflow",
     qualified=True,

@@ -17,9 +17,9 @@ os.environ.setdefault("SECRET_KEY", "redrive-tests-only-" + "k3y" * 16)
 
 
 # The suite's own connections go through a transaction pooler (.ci/run's PgBouncer pass sets
-# JOBQUEUE_POOLER=transaction): a test that needs a session of its own (one backend to find or
+# REDRIVE_POOLER=transaction): a test that needs a session of its own (one backend to find or
 # terminate, a session setting, its own pooler in front of a direct database) skips there.
-POOLED = os.environ.get("JOBQUEUE_POOLER") == "transaction"
+POOLED = os.environ.get("REDRIVE_POOLER") == "transaction"
 
 
 def needs_direct_session(reason: str):

@@ -343,7 +343,7 @@ def test_settings_out_of_range_fail_the_system_check(settings, name, value, chec
 
 @pytest.mark.django_db(transaction=True)
 def test_runworker_refuses_to_start_with_settings_out_of_range(tmp_path):
-    env = {"DEADLETTERS_REPLAY_RATE": "0.0001", "DEADLETTERS_REPLAY_BATCH_SIZE": "0"}
+    env = {"REDRIVE_REPLAY_RATE": "0.0001", "REDRIVE_REPLAY_BATCH_SIZE": "0"}
     proc = Processes(tmp_path).run("--burst", env=env)
     output = Path(proc.log_path).read_text()
     assert proc.returncode == 1, output

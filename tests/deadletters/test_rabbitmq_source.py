@@ -269,7 +269,7 @@ def test_a_replay_killed_mid_batch_and_resumed_lands_every_message_exactly_once(
     env = {
         "REDRIVE_SOURCES": "jobqueue,rabbitmq",
         "REDRIVE_RABBITMQ_DEAD_LETTERS": json.dumps({"url": AMQP_URL, "queues": [topology.dead]}),
-        "DEADLETTERS_REPLAY_BATCH_SIZE": "4",
+        "REDRIVE_REPLAY_BATCH_SIZE": "4",
         "REDRIVE_SOURCES_SYNC_SECONDS": "0",
     }
     processes = Processes(tmp_path, "deadletters", env=env)

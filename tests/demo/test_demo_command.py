@@ -52,8 +52,8 @@ class Demo:
         }
         env.update(  # the embedded database, fast backoff
             REDRIVE_VAR_DIR=str(var_dir),
-            JOBQUEUE_BACKOFF_BASE="0.05",
-            JOBQUEUE_BACKOFF_CAP="0.2",
+            REDRIVE_BACKOFF_BASE="0.05",
+            REDRIVE_BACKOFF_CAP="0.2",
             DEMO_FLAKY_RATE="0",
             PYTHONUNBUFFERED="1",
         )

@@ -42,7 +42,7 @@ def test_crash_after_the_receipt_commits_is_acknowledged_by_a_later_worker(worke
         "receipts",
         "--lease",
         "1",
-        env={"JOBQUEUE_FAULT": "after_effect"},
+        env={"REDRIVE_FAULT": "after_effect"},
         check=False,
     )
     assert crashed.returncode == -9, crashed.stderr
@@ -61,7 +61,7 @@ def test_crash_after_the_receipt_commits_is_acknowledged_by_a_later_worker(worke
 def test_outage_exhausts_three_attempts_then_replay_delivers_one_receipt(workers):
     # Retries due after the burst that failed has ended: a loaded machine took longer than
     # a 0.05 s backoff to finish the burst, which then claimed the retry too (attempts 2).
-    fast = {"JOBQUEUE_BACKOFF_BASE": "2", "JOBQUEUE_BACKOFF_CAP": "2"}
+    fast = {"REDRIVE_BACKOFF_BASE": "2", "REDRIVE_BACKOFF_CAP": "2"}
     manage(workers, "fieldnotes", "outage", "3600")
     manage(workers, "fieldnotes", "pay")
     for attempt in (1, 2, 3):

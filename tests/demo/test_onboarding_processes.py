@@ -34,7 +34,7 @@ def test_sigkill_at_every_step_boundary_does_each_effect_once(workers):
         # A queue per drill: each doomed worker kills its own workflow, once.
         drill = onboard_customer.using(queue_name=f"drill-{n}")
         result = drill.enqueue(f"{point}.{activity}@example.com", "pm_card", 4900)
-        doomed = workers.start(*FAST, "--queue", f"drill-{n}", env={"JOBQUEUE_STEP_FAULT": fault})
+        doomed = workers.start(*FAST, "--queue", f"drill-{n}", env={"REDRIVE_STEP_FAULT": fault})
         assert doomed.wait(timeout=60) == -signal.SIGKILL, Path(doomed.log_path).read_text()
         assert f"fault point {fault}" in Path(doomed.log_path).read_text()
         drills.append((fault, int(result.id)))

@@ -53,7 +53,7 @@ def test_sigkill_at_each_fault_point_recovers_within_lease_and_sweep(workers):
     for point in ("after_claim", "after_effect", "after_ack", "heartbeat"):
         # A heartbeat falls within a job that runs past a third of its lease (2 s).
         [job_id] = enqueue_ledger(1, point, work_ms=1500 if point == "heartbeat" else 1)
-        crashed = workers.run("--burst", "--lease", "2", env={"JOBQUEUE_FAULT": point})
+        crashed = workers.run("--burst", "--lease", "2", env={"REDRIVE_FAULT": point})
         assert crashed.returncode == -signal.SIGKILL, point
         job = Job.objects.get(pk=job_id)
         if point == "after_ack":

@@ -59,7 +59,7 @@ def on_hosts(tmp_path, hosts, settings):
         hosts,
         command="runworker",
         log_prefix="worker",
-        env={"JOBQUEUE_WORKER_LOST_AFTER": str(LOST_AFTER)},
+        env={"REDRIVE_WORKER_LOST_AFTER": str(LOST_AFTER)},
     )
     yield pool
     pool.stop_all()
@@ -76,7 +76,7 @@ def start(pool, host: str, lease: float):
         "--poll",
         "0.05",
         host=host,
-        env={"JOBQUEUE_LEASE_SECONDS": str(lease)},
+        env={"REDRIVE_LEASE_SECONDS": str(lease)},
     )
 
 

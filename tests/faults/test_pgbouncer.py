@@ -67,7 +67,7 @@ def bounced(tmp_path, transactional_db):
     pool = Processes(
         tmp_path,
         "runworker",
-        env={"DATABASE_URL": through, "JOBQUEUE_POOLER": "transaction"},
+        env={"DATABASE_URL": through, "REDRIVE_POOLER": "transaction"},
         log_prefix="bounced",
     )
     pool.direct = direct
@@ -120,7 +120,7 @@ def test_workers_through_the_pooler_run_retry_and_dead_letter_jobs(bounced):
 
 def test_a_direct_listen_dsn_wakes_an_idle_worker_behind_the_pooler(bounced):
     # Polling every 60 s: only the LISTEN over the direct DSN can start the job in time.
-    worker = bounced.start("--poll", "60", env={"JOBQUEUE_LISTEN_DSN": bounced.direct})
+    worker = bounced.start("--poll", "60", env={"REDRIVE_LISTEN_DSN": bounced.direct})
     wait_until(lambda: "event=worker_started" in Path(worker.log_path).read_text(), timeout=60)
     wait_until(listening, timeout=30, message="the worker's LISTEN on its direct connection")
     result = tasks.noop.enqueue(7)

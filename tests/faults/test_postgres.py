@@ -99,10 +99,10 @@ def test_terminating_every_worker_connection_under_load(workers):
         assert log(proc).count("event=database_error") <= 4 * rounds + 4
 
 
-@needs_direct_session("JOBQUEUE_LOCK_TIMEOUT is a session setting (README: on the role)")
+@needs_direct_session("REDRIVE_LOCK_TIMEOUT is a session setting (README: on the role)")
 def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(workers):
     ids = enqueue_ledger(300, "lock", work_ms=1)
-    proc = workers.start("--poll", "0.05", env={"JOBQUEUE_LOCK_TIMEOUT": "0.3"})
+    proc = workers.start("--poll", "0.05", env={"REDRIVE_LOCK_TIMEOUT": "0.3"})
     wait_until(lambda: "event=claimed" in log(proc), message="worker busy")
     with admin_connection() as admin, admin.transaction():
         admin.execute("LOCK TABLE jobqueue_job IN ACCESS EXCLUSIVE MODE")
@@ -117,7 +117,7 @@ def test_a_table_lock_times_claims_out_and_they_resume_without_duplicates(worker
 @needs_direct_session("its off-plan half sets PGOPTIONS, which PgBouncer does not pass on")
 def test_claims_are_exclusive_and_bounded_even_off_the_usual_plan(workers):
     ids = enqueue_ledger(20_000, "excl", work_ms=0)
-    usual = {"JOBQUEUE_LOG_LEVEL": "INFO"}
+    usual = {"REDRIVE_LOG_LEVEL": "INFO"}
     off_plan = {**usual, "PGOPTIONS": "-c enable_hashjoin=off -c enable_mergejoin=off"}
     # Half on the usual plan, half pushed off it, all competing for the same rows.
     procs = [

@@ -43,7 +43,7 @@ def test_a_retry_storm_spreads_over_the_jitter_window(workers):
 def test_a_restarted_worker_with_the_same_identity_recovers_its_previous_jobs(workers):
     [job_id] = enqueue_ledger(1, "identity", work_ms=1)
     crashed = workers.run(
-        "--burst", "--id", "pod-a", "--lease", "1", env={"JOBQUEUE_FAULT": "after_claim"}
+        "--burst", "--id", "pod-a", "--lease", "1", env={"REDRIVE_FAULT": "after_claim"}
     )
     assert crashed.returncode == -signal.SIGKILL
     job = Job.objects.get(pk=job_id)

@@ -58,7 +58,7 @@ def test_four_workers_keep_each_keys_order_through_retries_and_dead_letters(work
                 for n in range(100)
             ],
         )
-    env = {"JOBQUEUE_BACKOFF_BASE": "0.05", "JOBQUEUE_BACKOFF_CAP": "0.2"}
+    env = {"REDRIVE_BACKOFF_BASE": "0.05", "REDRIVE_BACKOFF_CAP": "0.2"}
     procs = [workers.start("--concurrency", "2", "--poll", "0.05", env=env) for _ in range(4)]
     done = Job.objects.filter(state=JobState.DONE)
     # Everything but the two dead steps and the 49 steps the blocking one holds back.

@@ -76,7 +76,7 @@ def test_rate_limits_are_checked(settings, limits, bad):
 def test_four_worker_processes_share_one_rate(workers, settings):
     rate, n = 40, 360
     fill("limited", n)
-    env = {"JOBQUEUE_RATE_LIMITS": f'{{"limited": {rate}}}'}
+    env = {"REDRIVE_RATE_LIMITS": f'{{"limited": {rate}}}'}
     procs = [workers.start("--poll", "0.02", env=env) for _ in range(4)]
     done = Job.objects.filter(queue_name="limited", state=JobState.DONE)
     wait_until(lambda: done.count() == n, timeout=60, message="the limited queue drained")
@@ -105,7 +105,7 @@ def test_queues_list_and_health_show_each_limit(settings):
 
 def test_a_burst_worker_waits_for_tokens_rather_than_stopping_with_jobs_left(workers):
     fill("limited", 30)
-    env = {"JOBQUEUE_RATE_LIMITS": '{"limited": 20}'}
+    env = {"REDRIVE_RATE_LIMITS": '{"limited": 20}'}
     proc = workers.run("--burst", "--poll", "0.05", env=env)
     assert proc.returncode == 0
     assert Job.objects.filter(queue_name="limited", state=JobState.DONE).count() == 30

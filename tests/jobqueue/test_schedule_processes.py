@@ -48,7 +48,7 @@ def test_eight_workers_enqueue_exactly_one_job_per_tick_through_kills(workers):
     schedule = every_second("heartbeat")
     first_tick = schedule.next_run_at
     # Alone, this worker takes the first tick and is killed before that tick commits.
-    doomed = workers.start("--poll", "0.05", env={"JOBQUEUE_FAULT": "in_tick"})
+    doomed = workers.start("--poll", "0.05", env={"REDRIVE_FAULT": "in_tick"})
     assert doomed.wait(timeout=60) == -signal.SIGKILL
     assert "fault point in_tick" in Path(doomed.log_path).read_text()
     assert not Job.objects.exists() and not ScheduleRun.objects.exists()  # rolled back
