@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
+from django.core import checks
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -143,6 +145,25 @@ class DatabaseBackend(BaseTaskBackend):
         if not params.get("QUEUES"):
             self.queues = set()  # every queue name is valid
         self.database = self.options.get("DATABASE", "default")
+
+    def check(self, **kwargs):
+        """What this TASKS entry configures, checked by Django's task framework for each
+        alias (django.tasks.checks; jobqueue/checks.py tags it for a worker's start too): its
+        OPTIONS["DATABASE"] must be one of DATABASES, or its enqueue, its worker and the
+        console's page of its letters fail only when first used."""
+        found = list(super().check(**kwargs))
+        if isinstance(self.database, str) and self.database in settings.DATABASES:
+            return found
+        return [
+            *found,
+            checks.Error(
+                f"TASKS[{self.alias!r}] keeps its jobs in database {self.database!r}, which is "
+                "not in DATABASES.",
+                hint=f"Add {self.database!r} to DATABASES (and migrate it: manage.py migrate "
+                f"--database {self.database}), or name one of {sorted(settings.DATABASES)}.",
+                id="redrive.E030",
+            ),
+        ]
 
     def validate_task(self, task):
         # Asked before Django's own checks, which meet these with a TypeError or an

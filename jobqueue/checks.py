@@ -14,6 +14,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.db import connections
+from django.tasks import checks as task_checks
 from django.utils.module_loading import import_string
 
 # Every Redrive check carries this tag: the long-running commands run only these at start-up
@@ -76,25 +77,10 @@ def check_tasks_backend(app_configs=None, **kwargs):
     ]
 
 
-@checks.register(checks.Tags.compatibility, TAG)
-def check_backend_databases(app_configs=None, **kwargs):
-    """A Redrive backend's OPTIONS["DATABASE"] must be one of DATABASES: otherwise its enqueue,
-    its worker and the console's page of its letters fail only when first used."""
-    found = []
-    for alias in _our_backends():
-        options = settings.TASKS[alias].get("OPTIONS") or {}
-        database = options.get("DATABASE", "default")
-        if not isinstance(database, str) or database not in settings.DATABASES:
-            found.append(
-                checks.Error(
-                    f"TASKS[{alias!r}] keeps its jobs in database {database!r}, which is not in "
-                    "DATABASES.",
-                    hint=f"Add {database!r} to DATABASES (and migrate it: manage.py migrate "
-                    f"--database {database}), or name one of {sorted(settings.DATABASES)}.",
-                    id="redrive.E030",
-                )
-            )
-    return found
+# Each TASKS entry's own configuration is checked by its backend (DatabaseBackend.check), which
+# Django's task framework runs for every alias in an untagged check; tagged ours too, so a
+# worker's start (requires_system_checks = [TAG]) runs it as `manage.py check` does.
+checks.register(task_checks.check_tasks, *task_checks.check_tasks.tags, TAG)
 
 
 @checks.register(checks.Tags.compatibility, TAG)

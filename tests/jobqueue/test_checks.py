@@ -33,19 +33,30 @@ def test_our_backend_under_another_alias_is_enough(settings):
     assert checks.check_tasks_backend() == []
 
 
-def test_a_backend_on_a_database_not_in_databases_is_an_error(settings):
-    settings.TASKS = {
-        "default": {"BACKEND": "jobqueue.backend.DatabaseBackend"},
-        "reports": {
-            "BACKEND": "jobqueue.backend.DatabaseBackend",
-            "OPTIONS": {"DATABASE": "reportz"},
-        },
-    }
-    found = checks.check_backend_databases()
-    assert ids(found) == ["redrive.E030"]
-    assert "'reportz'" in found[0].msg and "TASKS['reports']" in found[0].msg
-    settings.TASKS["reports"]["OPTIONS"]["DATABASE"] = "default"
-    assert checks.check_backend_databases() == []
+def test_each_backend_checks_that_its_database_is_in_databases(settings):
+    """Django's task framework runs each TASKS entry's own check(), in `manage.py check` and,
+    tagged Redrive's, at a worker's start: once each, naming the entry."""
+    from django.core.checks import run_checks
+    from django.tasks import task_backends
+
+    def backends(database):
+        return {
+            "default": {"BACKEND": "jobqueue.backend.DatabaseBackend"},
+            "reports": {
+                "BACKEND": "jobqueue.backend.DatabaseBackend",
+                "OPTIONS": {"DATABASE": database},
+            },
+        }
+
+    settings.TASKS = backends("reportz")
+    [found] = task_backends["reports"].check()
+    assert found.id == "redrive.E030"
+    assert "'reportz'" in found.msg and "TASKS['reports']" in found.msg
+    assert task_backends["default"].check() == []
+    for tags in (None, [checks.TAG]):
+        assert [m for m in run_checks(tags=tags) if m.id == "redrive.E030"] == [found]
+    settings.TASKS = backends("default")
+    assert not [m for m in run_checks(tags=[checks.TAG]) if m.id == "redrive.E030"]
 
 
 @pytest.mark.parametrize(
