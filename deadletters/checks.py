@@ -168,13 +168,12 @@ def triage_settings(app_configs=None, **kwargs):
     from django.utils.module_loading import import_string
 
     found = []
-    where, value = conf.approval_threshold_setting()
     try:
-        conf.validate_approval_threshold(value)
+        conf.validate_approval_threshold(conf.get("APPROVAL_THRESHOLD"))
     except ValueError as exc:
         found.append(
             checks.Error(
-                f"{where}: {exc}.",
+                f'REDRIVE["APPROVAL_THRESHOLD"]: {exc}.',
                 hint="Runs of more items than this wait for a second user's approval; "
                 "None turns the rule off.",
                 id="redrive.E024",

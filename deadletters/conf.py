@@ -62,7 +62,7 @@ DEFAULTS = {
     # is written `2026-11-30 14:49:17 UTC` in it, its abbreviation after the clock.
     "TIME_ZONE": "UTC",
     # Triage (issue 18). Two-person rule: a run over this many items waits for a second user's
-    # approval (None: off). settings.DEADLETTERS_APPROVAL_THRESHOLD, if set, wins.
+    # approval (None: off).
     "APPROVAL_THRESHOLD": None,
     # Edit before replay: a job type's own check of an edited payload, {"task.path": "dotted
     # path of a callable(args, kwargs)"} that raises ValueError (or ValidationError) to refuse.
@@ -90,21 +90,6 @@ def zone():
     return UTC if name == "UTC" else ZoneInfo(name)
 
 
-# The two-person rule's threshold under the name the issue gives it, outside REDRIVE; it wins.
-APPROVAL_SETTING = "DEADLETTERS_APPROVAL_THRESHOLD"
-redrive_conf.declare_top_level(APPROVAL_SETTING)
-
-
-def approval_threshold_setting() -> tuple[str, object]:
-    """(where it is set, value) of the approval threshold: settings.DEADLETTERS_APPROVAL_THRESHOLD
-    if set, else REDRIVE["APPROVAL_THRESHOLD"]."""
-    from django.conf import settings
-
-    if hasattr(settings, APPROVAL_SETTING):
-        return f"settings.{APPROVAL_SETTING}", getattr(settings, APPROVAL_SETTING)
-    return 'REDRIVE["APPROVAL_THRESHOLD"]', get("APPROVAL_THRESHOLD")
-
-
 def validate_approval_threshold(value) -> int | None:
     """Return `value` as a number of items (None: no approval needed), or raise ValueError."""
     if value is None:
@@ -119,7 +104,7 @@ def validate_approval_threshold(value) -> int | None:
 
 def approval_threshold() -> int | None:
     """Runs of more items than this wait for a second user's approval; None: none do."""
-    return validate_approval_threshold(approval_threshold_setting()[1])
+    return validate_approval_threshold(get("APPROVAL_THRESHOLD"))
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is

@@ -57,7 +57,7 @@ class Selection(models.Model):
 
 
 class RunState(models.TextChoices):
-    # Over DEADLETTERS_APPROVAL_THRESHOLD items: waits for a second user's approval.
+    # Over REDRIVE["APPROVAL_THRESHOLD"] items: waits for a second user's approval.
     AWAITING = "awaiting", "Awaiting approval"
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

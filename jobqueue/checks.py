@@ -263,8 +263,6 @@ def check_settings(app_configs=None, **kwargs):
         if isinstance(raw.get(key), dict):  # else the wrong kind, reported above
             found += key_findings(f"REDRIVE[{key!r}]", raw[key], keys)
     for name in dir(settings):
-        if name in conf.top_level():
-            continue
         moved = LEGACY_SETTINGS.get(name) or (
             f'REDRIVE["{name.removeprefix(LEGACY_PREFIX)}"]'
             if name.startswith(LEGACY_PREFIX)

@@ -84,9 +84,6 @@ DEFAULTS = {
 
 # Every declared key with its default and the app that declared it (for the checks' messages).
 _declared: dict[str, tuple[object, str]] = {}
-# Settings outside REDRIVE that an app reads by name (e.g. DEADLETTERS_APPROVAL_THRESHOLD):
-# not reported as settings of an earlier version.
-_top_level: set[str] = set()
 
 
 def declare(app: str, defaults: dict) -> None:
@@ -96,15 +93,6 @@ def declare(app: str, defaults: dict) -> None:
 
 
 declare("jobqueue", DEFAULTS)
-
-
-def declare_top_level(name: str) -> None:
-    """Make settings.`name` one an app still reads (the checks leave it alone)."""
-    _top_level.add(name)
-
-
-def top_level() -> frozenset[str]:
-    return frozenset(_top_level)
 
 
 def configured() -> dict:

@@ -1,5 +1,5 @@
 """Issue 18, items 4 and 5: edit a dead letter's payload before replaying it (audited, with a
-diff), and the two-person rule for runs over DEADLETTERS_APPROVAL_THRESHOLD items."""
+diff), and the two-person rule for runs over REDRIVE["APPROVAL_THRESHOLD"] items."""
 
 import json
 import re
@@ -721,27 +721,13 @@ def test_a_run_at_the_threshold_starts_and_one_over_it_waits(operator, threshold
     assert run.state == RunState.AWAITING
 
 
-def test_the_settings_name_of_the_issue_wins(settings, operator):
-    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": 100}
-    settings.DEADLETTERS_APPROVAL_THRESHOLD = 1
-    assert conf.approval_threshold() == 1
-    assert start(operator, DeadLetterFactory.create_batch(2)).state == RunState.AWAITING
-    found = [e.id for e in checks.run_checks()]
-    assert "redrive.W004" not in found and "redrive.E009" not in found
-    settings.DEADLETTERS_APPROVAL_THRESHOLD = None  # set, and off
-    assert conf.approval_threshold() is None
-
-
 @pytest.mark.parametrize("value", [0, -1, True, "5", 2.5, [3]])
 def test_a_bad_threshold_fails_the_check_and_refuses_runs(settings, operator, value):
-    settings.DEADLETTERS_APPROVAL_THRESHOLD = value
+    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": value}
     errors = [e for e in checks.run_checks() if e.id == "redrive.E024"]
-    assert len(errors) == 1 and "DEADLETTERS_APPROVAL_THRESHOLD" in errors[0].msg
+    assert len(errors) == 1 and 'REDRIVE["APPROVAL_THRESHOLD"]' in errors[0].msg
     with pytest.raises(services.RefusedError, match="approval threshold"):
         start(operator, DeadLetterFactory.create_batch(1))
-    del settings.DEADLETTERS_APPROVAL_THRESHOLD
-    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": value}
-    assert [e.id for e in checks.run_checks() if e.id == "redrive.E024"] == ["redrive.E024"]
 
 
 def test_a_good_threshold_and_validators_pass_the_checks(settings):

@@ -246,6 +246,20 @@ def test_settings_of_earlier_versions_say_where_they_moved(settings):
     )
 
 
+def test_the_top_level_approval_threshold_of_an_earlier_version_is_not_read(settings):
+    from deadletters import conf as console_conf
+
+    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": 100}
+    settings.DEADLETTERS_APPROVAL_THRESHOLD = 1
+    assert console_conf.approval_threshold() == 100
+    found = {message.msg: message for message in checks.check_settings()}
+    warning = found["settings.DEADLETTERS_APPROVAL_THRESHOLD is no longer read."]
+    assert (warning.id, warning.hint) == (
+        "redrive.W004",
+        'Move it to REDRIVE["APPROVAL_THRESHOLD"].',
+    )
+
+
 def test_keys_are_read_from_redrive_with_their_defaults(settings):
     from deadletters import conf as console_conf
     from jobqueue import conf
