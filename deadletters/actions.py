@@ -25,10 +25,11 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue import workflows as workflow_api
+from jobqueue.conf import setting
 from jobqueue.models import DeadLetter, Job, JobStatus, Schedule, WorkerRecord, Workflow
 from jobqueue.store import payloads
 
-from . import conf, databases, exports, jobs, redaction, search, selectors, services, tokens
+from . import databases, exports, jobs, redaction, search, selectors, services, tokens
 from .forms import (
     ConfirmForm,
     EditForm,
@@ -582,7 +583,7 @@ def _select_jobs(actor: Actor, cleaned) -> tuple[list[int], dict, str]:
     backend = _backend(cleaned)
     if cleaned["select_all"]:
         f = cleaned.form.to_filter(payload_search=_may_search_payloads(actor))
-        ids = jobs.matching_ids(f, conf.get("MAX_SELECTION"), using=backend.database)
+        ids = jobs.matching_ids(f, setting("MAX_SELECTION"), using=backend.database)
         recorded = dict(cleaned.form.echo())
         # A bound as the moment it meant when frozen ("1h" read later would mean another hour).
         for name in ("since", "until"):

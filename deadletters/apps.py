@@ -43,11 +43,10 @@ def register_sources():
     every command (`manage.py check` among them) with a traceback: the system check says what
     is wrong with it (redrive.E005), and the commands that run the checks (runworker,
     runserver) stop on that."""
+    from jobqueue.conf import setting
     from jobqueue.store import sources
 
-    from . import conf
-
-    for name in conf.get("SOURCES"):
+    for name in setting("SOURCES"):
         if "." in name:
             try:
                 sources.register(name)

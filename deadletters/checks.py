@@ -5,6 +5,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core import checks
 
+from jobqueue.conf import setting
+
 from . import conf
 
 # Each setting with its validator and check id (the validators hold the ranges).
@@ -21,7 +23,7 @@ def replay_settings(app_configs=None, **kwargs):
     errors = []
     for name, validate, check_id in REPLAY_SETTINGS:
         try:
-            validate(conf.get(name))
+            validate(setting(name))
         except ValueError as exc:
             errors.append(
                 checks.Error(
@@ -71,7 +73,7 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E034",
             )
         )
-    named = conf.get("SOURCES")
+    named = setting("SOURCES")
     named = list(named) if isinstance(named, list | tuple) else []  # else E009
     for source in [*named, *_configured_brokers(set(named))]:
         try:
@@ -119,7 +121,7 @@ def console_setup(app_configs=None, **kwargs):
                     id="redrive.E029",
                 )
             )
-    zone = conf.get("TIME_ZONE")
+    zone = setting("TIME_ZONE")
     try:
         ZoneInfo(zone)
     except (ValueError, TypeError, ZoneInfoNotFoundError):
@@ -144,7 +146,6 @@ def _configured_brokers(named: set[str]) -> list[str]:
     syncs their queues all the same, so they are checked all the same, and so is a dict that
     says anything but "queues" (a misspelt "queues" would otherwise turn the source off
     unseen). An explicit empty "queues" is off."""
-    from jobqueue.conf import setting
     from jobqueue.store import sources
 
     found = []
@@ -169,7 +170,7 @@ def triage_settings(app_configs=None, **kwargs):
 
     found = []
     try:
-        conf.validate_approval_threshold(conf.get("APPROVAL_THRESHOLD"))
+        conf.validate_approval_threshold(setting("APPROVAL_THRESHOLD"))
     except ValueError as exc:
         found.append(
             checks.Error(
@@ -179,7 +180,7 @@ def triage_settings(app_configs=None, **kwargs):
                 id="redrive.E024",
             )
         )
-    validators = conf.get("PAYLOAD_VALIDATORS")
+    validators = setting("PAYLOAD_VALIDATORS")
     if not isinstance(validators, dict):
         return found  # jobqueue's check_settings names the wrong kind
     for task_path, path in validators.items():
@@ -210,7 +211,7 @@ def masking_settings() -> list:
     does not would make every page that masks a payload a server error."""
     import re
 
-    patterns = conf.get("REDACT_PATTERNS")
+    patterns = setting("REDACT_PATTERNS")
     problem = None
     if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
         problem = "must be a list of regular expressions"

@@ -1,9 +1,11 @@
-"""The console's keys of settings.REDRIVE, each with its default (jobqueue/conf.py reads them)."""
+"""The console's keys of settings.REDRIVE, each with its default; `jobqueue.conf.setting` reads
+them (deadletters/__init__.py imports this module, so they are declared before any is read)."""
 
 from datetime import UTC
 from zoneinfo import ZoneInfo
 
 from jobqueue import conf as redrive_conf
+from jobqueue.conf import setting
 
 DEFAULTS = {
     # Payload values shown as ••••: regular expressions searched case-insensitively in each key,
@@ -80,13 +82,9 @@ DEFAULTS = {
 redrive_conf.declare("deadletters", DEFAULTS)
 
 
-def get(name: str):
-    return redrive_conf.setting(name)
-
-
 def zone():
     """The zone the console shows times and reads filter days in (REDRIVE["TIME_ZONE"])."""
-    name = get("TIME_ZONE")
+    name = setting("TIME_ZONE")
     return UTC if name == "UTC" else ZoneInfo(name)
 
 
@@ -104,7 +102,7 @@ def validate_approval_threshold(value) -> int | None:
 
 def approval_threshold() -> int | None:
     """Runs of more items than this wait for a second user's approval; None: none do."""
-    return validate_approval_threshold(get("APPROVAL_THRESHOLD"))
+    return validate_approval_threshold(setting("APPROVAL_THRESHOLD"))
 
 
 # Sane ranges for replay pacing, shared by the form, the CLI and the start-up check. A rate is

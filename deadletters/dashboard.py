@@ -16,6 +16,7 @@ from deadletters import conf, databases, timefilter
 from deadletters.roles import CONTROL_WORKER, PAUSE_QUEUE
 from deadletters.views import console_view, render_page, whole_page
 from jobqueue import store, timing
+from jobqueue.conf import setting
 from jobqueue.health import SUMMED, Health, failure_rate, snapshot
 from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
 
@@ -394,7 +395,7 @@ def dashboard(request):
     now = timezone.now()
     health, parts = _snapshots(now)
     several = len(parts) > 1
-    internal = conf.get("REPLAY_QUEUE")
+    internal = setting("REPLAY_QUEUE")
     # A queue/task with nothing live, nothing dead and nothing finished this hour says nothing.
     rows = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
     series = {name: [0] * MINUTES for name in ("succeeded", "failed", "dead")}
@@ -440,7 +441,7 @@ def dashboard(request):
         "slot": SLOT,
         "bar": BAR,
         "now": now,
-        "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+        "poll_seconds": setting("OVERVIEW_POLL_SECONDS"),
         # Timing sits outside the polled part (its window is the page's): not read for a poll.
         **(timing_context(request, now, exclude_queues=[internal]) if whole_page(request) else {}),
         "can_pause": request.user.has_perm(PAUSE_QUEUE),

@@ -17,7 +17,7 @@ import logging
 
 from django.apps import apps
 
-from deadletters import conf
+from jobqueue.conf import setting
 
 SOURCE = "django_q2"
 DISPATCH_UID = "redrive.deadletters.django_q2"
@@ -25,7 +25,7 @@ log = logging.getLogger("deadletters.django_q2")
 
 
 def enabled() -> bool:
-    return SOURCE in conf.get("SOURCES") and apps.is_installed("django_q")
+    return SOURCE in setting("SOURCES") and apps.is_installed("django_q")
 
 
 def connect() -> bool:

@@ -40,11 +40,11 @@ from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
 from jobqueue import store
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.errors import UnknownTask, UnstorableValue
 from jobqueue.models import DeadLetter
 
-from . import conf, redaction
+from . import redaction
 from .models import PayloadEdit
 
 
@@ -107,7 +107,7 @@ def checked(letter: DeadLetter, args, kwargs, *, may_replace: bool = True) -> tu
             else "Not a payload a job can carry once its masked values are put back (why is "
             "not shown: it would tell something of them)."
         ) from None
-    limit = policy("MAX_PAYLOAD_BYTES")
+    limit = setting("MAX_PAYLOAD_BYTES")
     if size > limit:
         what = "with its masked values put back, it is" if hidden else f"payload is {size} bytes,"
         raise InvalidEdit(f"Not a payload a job can carry: {what} over the {limit}-byte limit.")
@@ -160,7 +160,7 @@ def _check_call(task_path: str, args, kwargs) -> None:
 
 
 def _validator_path(task_path: str) -> str | None:
-    return (conf.get("PAYLOAD_VALIDATORS") or {}).get(task_path)
+    return (setting("PAYLOAD_VALIDATORS") or {}).get(task_path)
 
 
 def _validate(task_path: str, args, kwargs) -> None:

@@ -35,10 +35,11 @@ from datetime import UTC, datetime
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
+from jobqueue.conf import setting
 from jobqueue.models import AuditEntry
 from jobqueue.store import audit
 
-from . import conf, redaction, selectors
+from . import redaction, selectors
 from .roles import EXPORT
 from .selectors import LETTERS
 
@@ -107,7 +108,7 @@ def export(
         raise ExportRefused(f"format must be csv or jsonl, not {str(fmt)[:20]!r}")
     if not (operator.is_active and operator.has_perm(EXPORT)):
         raise PermissionDenied(f"{operator} may not export dead letters ({EXPORT})")
-    cap = max(int(conf.get("EXPORT_MAX_ROWS")), 1)
+    cap = max(int(setting("EXPORT_MAX_ROWS")), 1)
     rows, truncated = selectors.count_matching(filter, cap)
     entry = audit.record(
         ACTION,

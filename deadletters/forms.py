@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from jobqueue.conf import setting
 from jobqueue.models import MAX_ID, AuditEntry, DeadLetterState
 from jobqueue.store import sources
 
@@ -430,14 +431,14 @@ class ConfirmForm(forms.Form):
     # ranges are checked in the clean methods, with the messages the CLI and start-up give.
     canary_size = forms.IntegerField(
         required=False,
-        initial=lambda: conf.get("CANARY_SIZE"),
+        initial=lambda: setting("CANARY_SIZE"),
         widget=forms.NumberInput(attrs={"min": 0, "max": conf.MAX_CANARY_SIZE, "step": 1}),
         help_text="Items replayed first, alone: the run waits for their jobs and halts itself "
         "if too many die again. 0 is none.",
     )
     canary_max_dead_share = forms.FloatField(
         required=False,
-        initial=lambda: conf.get("CANARY_MAX_DEAD_SHARE"),
+        initial=lambda: setting("CANARY_MAX_DEAD_SHARE"),
         widget=forms.NumberInput(attrs={"min": 0, "max": 1, "step": "any"}),
         help_text="The share of the canary that may die again (0 to 1) before the run halts.",
     )
@@ -445,7 +446,7 @@ class ConfirmForm(forms.Form):
     def clean_rate(self):
         rate = self.cleaned_data.get("rate")
         if rate is None:
-            return conf.get("REPLAY_RATE")
+            return setting("REPLAY_RATE")
         try:
             return conf.validate_replay_rate(rate)
         except ValueError as exc:
@@ -454,7 +455,7 @@ class ConfirmForm(forms.Form):
     def clean_canary_size(self):
         size = self.cleaned_data.get("canary_size")
         try:
-            return conf.validate_canary_size(conf.get("CANARY_SIZE") if size is None else size)
+            return conf.validate_canary_size(setting("CANARY_SIZE") if size is None else size)
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
@@ -462,7 +463,7 @@ class ConfirmForm(forms.Form):
         share = self.cleaned_data.get("canary_max_dead_share")
         try:
             return conf.validate_canary_share(
-                conf.get("CANARY_MAX_DEAD_SHARE") if share is None else share
+                setting("CANARY_MAX_DEAD_SHARE") if share is None else share
             )
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None

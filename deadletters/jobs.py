@@ -17,11 +17,11 @@ from django.db.models.functions import Cast, Length
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.models import WAITING as WAITING_STATUSES
 from jobqueue.models import AuditEntry, DeadLetter, Job, JobState, JobStatus
 
-from . import conf, paging, redaction, search
+from . import paging, redaction, search
 from .paging import BY_ID
 from .selectors import SelectionTooLarge
 
@@ -128,7 +128,7 @@ def page(
     f: JobFilter, *, after=None, before=None, size=None, now=None, using: str = "default"
 ) -> JobPage:
     now = now or timezone.now()
-    size = size or conf.get("PAGE_SIZE")
+    size = size or setting("PAGE_SIZE")
     with searching(f, using):
         qs, left_out = filtered(f, now, using)
         found = paging.page(qs.only(*LISTED), BY_ID, after=after, before=before, size=size)
@@ -270,7 +270,7 @@ def _return_value(job: Job, using: str) -> tuple[str, bool | None]:
     the database writes it (jsonb adds a space after each , and :), which only a row stored
     before return values were bounded holds."""
     chars = job.return_chars or 0
-    if chars > 2 * policy("MAX_PAYLOAD_BYTES"):
+    if chars > 2 * setting("MAX_PAYLOAD_BYTES"):
         return f"(not shown: {chars:,} characters of JSON, too large to read here)", None
     value = Job.objects.using(using).values_list("return_value", flat=True).get(pk=job.pk)
     return redaction.preview(redaction.redact(value), MAX_RESULT_CHARS)

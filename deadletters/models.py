@@ -165,10 +165,10 @@ class ReplayRun(models.Model):
 
         from django.utils import timezone
 
-        from . import conf
+        from jobqueue.conf import setting
 
         quiet = timezone.now() - self.updated_at
-        return self.is_active and quiet > timedelta(seconds=conf.get("STALL_SECONDS"))
+        return self.is_active and quiet > timedelta(seconds=setting("STALL_SECONDS"))
 
     @property
     def percent(self):

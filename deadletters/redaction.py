@@ -27,9 +27,8 @@ from functools import lru_cache
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
+from jobqueue.conf import setting
 from jobqueue.store import MAX_JSON_DEPTH
-
-from . import conf
 
 REDACTED = "••••"
 REVEAL_PERMISSION = "deadletters.view_secrets"
@@ -55,7 +54,7 @@ def _compile(patterns: tuple[str, ...]) -> re.Pattern | None:
 def matcher(patterns=None) -> re.Pattern | None:
     """The compiled patterns (the setting's by default), or None when nothing is masked."""
     if patterns is None:
-        patterns = conf.get("REDACT_PATTERNS")
+        patterns = setting("REDACT_PATTERNS")
     return _compile(tuple(patterns))
 
 

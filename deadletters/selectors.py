@@ -13,10 +13,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobqueue import store
+from jobqueue.conf import setting
 from jobqueue.models import DeadLetter, DeadLetterState, Job, Schedule, ScheduleRun
 from jobqueue.store import sources
 
-from . import conf, databases, paging, redaction, search, timefilter
+from . import databases, paging, redaction, search, timefilter
 from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 from .paging import Keyset, Page
 
@@ -120,21 +121,21 @@ def page(f: ListFilter, *, after=None, before=None, size=None) -> Page:
         LETTERS,
         after=after,
         before=before,
-        size=size or conf.get("PAGE_SIZE"),
+        size=size or setting("PAGE_SIZE"),
         newest=f.order != "oldest",
     )
 
 
 def count_matching(f: ListFilter, cap: int | None = None) -> tuple[int, bool]:
     """How many rows match, counting at most `cap` + 1; returns (count, more_than_cap)."""
-    cap = cap or conf.get("MAX_SELECTION")
+    cap = cap or setting("MAX_SELECTION")
     n = filtered(f).order_by()[: cap + 1].count()
     return min(n, cap), n > cap
 
 
 def matching_ids(f: ListFilter, cap: int | None = None) -> list[int]:
     """The ids a "select all matching" means, in list order; raises if more than `cap`."""
-    cap = cap or conf.get("MAX_SELECTION")
+    cap = cap or setting("MAX_SELECTION")
     order = ["dead_lettered_at", "id"] if f.order == "oldest" else ["-dead_lettered_at", "-id"]
     ids = list(filtered(f).order_by(*order).values_list("id", flat=True)[: cap + 1])
     if len(ids) > cap:
@@ -516,7 +517,7 @@ def in_chunks(ids):
 def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "default") -> Preview:
     """What a run of these ids (letters of the queue database `using`) would do now, by the
     same rules the run applies per batch."""
-    max_replays = conf.get("MAX_REPLAYS")
+    max_replays = setting("MAX_REPLAYS")
     found = {}
     for chunk in in_chunks(ids):
         for pk, state, replays, path in (

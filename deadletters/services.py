@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobqueue import schedules, store
+from jobqueue.conf import setting
 from jobqueue.models import DeadLetter, Job, JobState
 
 from . import conf, redaction
@@ -48,7 +49,7 @@ def _selected(ids, noun: str) -> list[int]:
     ids = list(dict.fromkeys(int(i) for i in ids))
     if not ids:
         raise RefusedError(f"Select at least one {noun}.")
-    cap = conf.get("MAX_SELECTION")
+    cap = setting("MAX_SELECTION")
     if len(ids) > cap:
         raise RefusedError(f"A selection holds at most {cap:,} items.")
     return ids
@@ -117,16 +118,16 @@ def start_run(
     # Checked again here, not only in the form, the CLI and at start-up: a rate or batch size
     # out of range would overflow the schedule or loop without progress in the runner.
     try:
-        rate = conf.validate_replay_rate(conf.get("REPLAY_RATE") if rate is None else rate)
-        batch_size = conf.validate_replay_batch_size(conf.get("REPLAY_BATCH_SIZE"))
+        rate = conf.validate_replay_rate(setting("REPLAY_RATE") if rate is None else rate)
+        batch_size = conf.validate_replay_batch_size(setting("REPLAY_BATCH_SIZE"))
         canary_size = conf.validate_canary_size(canary_size)
         canary_share = conf.validate_canary_share(
-            conf.get("CANARY_MAX_DEAD_SHARE")
+            setting("CANARY_MAX_DEAD_SHARE")
             if canary_max_dead_share is None
             else canary_max_dead_share
         )
         canary_timeout = conf.validate_canary_timeout(
-            conf.get("CANARY_TIMEOUT") if canary_timeout is None else canary_timeout
+            setting("CANARY_TIMEOUT") if canary_timeout is None else canary_timeout
         )
         threshold = conf.approval_threshold()
     except ValueError as exc:
@@ -594,7 +595,7 @@ def _lock_in_order(ids, *, using: str = "default") -> dict:
 def _replay(ids, letters, *, allow_poisoned: bool, now, using: str = "default"):
     """Replay through the store, holding back items past the poison limit (`letters` are
     locked, so their replay counts cannot change before the replay)."""
-    limit = conf.get("MAX_REPLAYS")
+    limit = setting("MAX_REPLAYS")
     poisoned = {}
     if not allow_poisoned:
         poisoned = {
@@ -1012,6 +1013,6 @@ def refuse_unless_editable(letter, *, allow_poisoned: bool):
             f"Its payload nests deeper than {store.MAX_JSON_DEPTH} levels, more than a job may "
             "carry: it cannot be edited (discard it)."
         )
-    limit = conf.get("MAX_REPLAYS")
+    limit = setting("MAX_REPLAYS")
     if letter.replays >= limit and not allow_poisoned:
         raise RefusedError(f"Not replayed: {POISON_REASON.format(n=limit)}.")

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 
+from jobqueue.conf import setting
 from jobqueue.models import (
     DeadLetter,
     Job,
@@ -29,7 +30,7 @@ from jobqueue.models import (
     WorkflowStep,
 )
 
-from . import conf, paging, redaction
+from . import paging, redaction
 from .forms import CursorField
 from .paging import Keyset
 
@@ -107,7 +108,7 @@ def page(state: str = "", *, after: str | None = None, before: str | None = None
     moves to the top: it may be seen twice or not at all."""
     qs = Workflow.objects.filter(state_q(state)).annotate(job_state=F("job__state"))
     found = paging.page(
-        qs, WORKFLOWS, after=after, before=before, size=size or conf.get("PAGE_SIZE")
+        qs, WORKFLOWS, after=after, before=before, size=size or setting("PAGE_SIZE")
     )
     found.rows = [Row(w, shown_state(w.state, w.job_state), w.job_state) for w in found.rows]
     return found

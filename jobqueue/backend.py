@@ -36,7 +36,7 @@ from django.tasks.signals import log_task_enqueued, task_enqueued
 from django.utils.module_loading import import_string
 
 from jobqueue import store
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.errors import InvalidArguments
 from jobqueue.models import MAX_ID, Job, JobState, UniqueKey
 
@@ -120,7 +120,7 @@ class Task(DjangoTask):
 
     @property
     def attempt_budget(self) -> int:
-        return self.max_attempts or policy("MAX_ATTEMPTS")
+        return self.max_attempts or setting("MAX_ATTEMPTS")
 
 
 STATUS = {
@@ -214,7 +214,7 @@ class DatabaseBackend(BaseTaskBackend):
         given or not at all)."""
         if not validated:
             self.validate_task(task)
-        return self._new_job(self._row_fields(task), policy("MAX_PAYLOAD_BYTES"), args, kwargs)
+        return self._new_job(self._row_fields(task), setting("MAX_PAYLOAD_BYTES"), args, kwargs)
 
     def _row_fields(self, task) -> dict:
         """What every row of one task has in common, read from the task and settings once."""
@@ -235,7 +235,7 @@ class DatabaseBackend(BaseTaskBackend):
                 if getattr(task, "concurrency_key", None) is not None
                 else None
             ),
-            "max_attempts": getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS"),
+            "max_attempts": getattr(task, "attempt_budget", None) or setting("MAX_ATTEMPTS"),
             "backend": self.alias,
         }
 
@@ -258,7 +258,7 @@ class DatabaseBackend(BaseTaskBackend):
         backend.enqueue_many(send_receipt, [((1,), {}), ((2,), {})])
         """
         self.validate_task(task)
-        fields, limit = self._row_fields(task), policy("MAX_PAYLOAD_BYTES")
+        fields, limit = self._row_fields(task), setting("MAX_PAYLOAD_BYTES")
         # The caller's calls are read in full first: an iterable that queries as it goes (a
         # queryset's iterator()) must not run inside the store's pipelined inserts. The rows
         # are built as the store reads them, so building and inserting overlap; a call whose

@@ -190,9 +190,9 @@ def check_task_timeouts(app_configs=None, **kwargs):
     """A handler that outlives its lease is reclaimed and run twice at once by another worker;
     the worker renews leases, but a timeout at or above the lease means the task is allowed to
     run longer than a worker that stops renewing (a paused process) can hold it."""
-    from jobqueue.conf import policy
+    from jobqueue.conf import setting
 
-    return timeout_findings(_declared_tasks(), float(policy("LEASE_SECONDS")))
+    return timeout_findings(_declared_tasks(), float(setting("LEASE_SECONDS")))
 
 
 def timeout_findings(tasks, lease: float) -> list[checks.CheckMessage]:

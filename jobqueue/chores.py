@@ -193,12 +193,11 @@ class Retention:
 def prune(retention: Retention, *, now: datetime, using: str = "default") -> list[tuple]:
     """Delete what is older than its retention: (what, how many, the retention in days, the
     words a report says it in) for each kind of row."""
-    from jobqueue.outbox import setting as outbox_setting
     from jobqueue.store import outbox_messages
 
     outbox = retention.outbox
     if outbox is None:
-        outbox = float(outbox_setting("RETENTION_DAYS"))
+        outbox = float(setting("OUTBOX", "RETENTION_DAYS"))
     finished = timedelta(days=retention.jobs)
     counters, timings = store.workers.prune_counters(
         older_than=timedelta(days=retention.counters), now=now, using=using

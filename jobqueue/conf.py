@@ -9,9 +9,11 @@
         "SOURCES": ["jobqueue", "django_q2"],
     }
 
-Each app declares its keys and defaults here (`declare`); `setting(name)` reads one. A key
-no app declares, or a value of the wrong kind, fails `manage.py check` (jobqueue/checks.py),
-which every worker and the web server run at start-up, so a typo is never silently ignored.
+Each app declares its keys and defaults here (`declare`); `setting(name)` reads one, and
+`setting(name, key)` one key of a settings dict (OUTBOX, a broker's dead-letter settings): the
+one way any code reads a setting. A key no app declares, or a value of the wrong kind, fails
+`manage.py check` (jobqueue/checks.py), which every worker and the web server run at start-up,
+so a typo is never silently ignored.
 """
 
 from django.conf import settings
@@ -50,7 +52,7 @@ DEFAULTS = {
     "SCHEDULE_GRACE": 60.0,
     # Jobs per second per queue, shared by every worker on every host: {"emails": 10}.
     "RATE_LIMITS": {},
-    # The transactional outbox (jobqueue/outbox.py documents the shape).
+    # The transactional outbox (jobqueue/outbox.py documents the shape; OUTBOX_DEFAULTS below).
     "OUTBOX": {},
     # Brokers' dead-letter queues mirrored into the console (jobqueue/store/sources/): RabbitMQ
     # {"url": "amqp://…", "queues": [...]} and SQS {"queues": [urls], "endpoint_url": …,
@@ -82,6 +84,20 @@ DEFAULTS = {
     "VERSION": "",
 }
 
+# REDRIVE["OUTBOX"]'s keys (jobqueue/outbox.py) with their defaults.
+OUTBOX_DEFAULTS = {
+    "ROUTES": {},
+    "DESTINATIONS": {},
+    "SUBSCRIBERS": {},
+    "BATCH_SIZE": 200,
+    "LEASE_SECONDS": 30.0,
+    "POLL_INTERVAL": 1.0,
+    "RETENTION_DAYS": 7,
+    "RELAY_IN_WORKER": False,
+}
+# The outbox's retry policy: REDRIVE's own keys unless REDRIVE["OUTBOX"] overrides them.
+OUTBOX_INHERITS = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP")
+
 # Every declared key with its default and the app that declared it (for the checks' messages).
 _declared: dict[str, tuple[object, str]] = {}
 
@@ -100,10 +116,22 @@ def configured() -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def setting(name: str):
-    """REDRIVE[name], or its declared default."""
+def setting(name: str, key: str | None = None):
+    """REDRIVE[name], or its declared default.
+
+    With `key`, one key of the settings dict REDRIVE[name]: its value if set; else its default
+    (OUTBOX_DEFAULTS; the outbox's retry policy falls back to REDRIVE's own keys); else None
+    (a broker's dead-letter settings, whose source supplies its own defaults). A value that is
+    not a dict reads as empty: check_settings names it."""
     values = configured()
-    return values[name] if name in values else _declared[name][0]
+    value = values[name] if name in values else _declared[name][0]
+    if key is None:
+        return value
+    if isinstance(value, dict) and key in value:
+        return value[key]
+    if name == "OUTBOX":
+        return setting(key) if key in OUTBOX_INHERITS else OUTBOX_DEFAULTS[key]
+    return None
 
 
 def declared() -> dict[str, tuple[object, str]]:
@@ -116,10 +144,4 @@ def nested() -> dict[str, dict[str, object]]:
     by names of the user's (RATE_LIMITS' queues, LISTEN_DSN's aliases, PAYLOAD_VALIDATORS'
     tasks, OUTBOX's routes and destinations) and the brokers' dead-letter settings (their
     sources know their keys) have checks of their own."""
-    from jobqueue import outbox  # it reads this module
-
-    return {"OUTBOX": {**outbox.DEFAULTS, **{key: DEFAULTS[key] for key in outbox.FROM_JOBQUEUE}}}
-
-
-# The queue's code reads its policy through this name.
-policy = setting
+    return {"OUTBOX": {**OUTBOX_DEFAULTS, **{key: DEFAULTS[key] for key in OUTBOX_INHERITS}}}

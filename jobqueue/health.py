@@ -17,7 +17,7 @@ from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.models import (
     LEASED,
     WAITING,
@@ -428,7 +428,7 @@ def snapshot(
     ready age of the whole (its jobs wait because an operator said so)."""
     now = now or timezone.now()
     if lost_after is None:
-        lost_after = timedelta(seconds=policy("WORKER_LOST_AFTER"))
+        lost_after = timedelta(seconds=setting("WORKER_LOST_AFTER"))
     rows: dict[tuple[str, str], Row] = {}
 
     def row(queue, task) -> Row:
@@ -492,7 +492,7 @@ def snapshot(
         name: {"paused_by": p.paused_by, "paused_at": p.paused_at, "reason": p.reason}
         for name, p in queues.paused(using).items()
     }
-    limits = policy("RATE_LIMITS") or {}
+    limits = setting("RATE_LIMITS") or {}
     for r in rows.values():
         r.paused = r.queue in paused
         r.rate_limit = limits.get(r.queue)

@@ -86,34 +86,12 @@ import fnmatch
 from django.db import transaction
 from django.utils import timezone
 
-from jobqueue.conf import policy
-
-DEFAULTS = {
-    "ROUTES": {},
-    "DESTINATIONS": {},
-    "SUBSCRIBERS": {},
-    "BATCH_SIZE": 200,
-    "LEASE_SECONDS": 30.0,
-    "POLL_INTERVAL": 1.0,
-    "RETENTION_DAYS": 7,
-    "RELAY_IN_WORKER": False,
-}
-# Retry policy: the jobs' settings unless the outbox overrides them.
-FROM_JOBQUEUE = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP")
-
-
-def setting(name: str):
-    configured = policy("OUTBOX") or {}
-    if name in configured:
-        return configured[name]
-    if name in FROM_JOBQUEUE:
-        return policy(name)
-    return DEFAULTS[name]
+from jobqueue.conf import setting
 
 
 def route_for(topic: str) -> str | None:
     """The destination spec for a topic ("jobs", "webhook:<name>", …), or None if unrouted."""
-    for pattern, destination in setting("ROUTES").items():
+    for pattern, destination in setting("OUTBOX", "ROUTES").items():
         if fnmatch.fnmatchcase(topic, pattern):
             return destination
     return None
@@ -121,7 +99,7 @@ def route_for(topic: str) -> str | None:
 
 def subscribers_for(topic: str) -> list[str]:
     tasks: dict[str, None] = {}
-    for pattern, paths in setting("SUBSCRIBERS").items():
+    for pattern, paths in setting("OUTBOX", "SUBSCRIBERS").items():
         if fnmatch.fnmatchcase(topic, pattern):
             tasks.update(dict.fromkeys([paths] if isinstance(paths, str) else paths))
     return list(tasks)
@@ -150,7 +128,7 @@ def publish(topic: str, payload: dict, *, key: str | None = None, using: str = "
         body = store.storable_json(payload, "payload")
     except (TypeError, ValueError) as exc:
         raise TypeError(f"payload must be JSON-serialisable and storable: {exc}") from exc
-    limit = policy("MAX_PAYLOAD_BYTES")
+    limit = setting("MAX_PAYLOAD_BYTES")
     if len(body.encode()) > limit:
         raise ValueError(f"payload is {len(body.encode())} bytes, over the {limit}-byte limit")
     with transaction.atomic(using=using, savepoint=False):

@@ -23,10 +23,11 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from jobqueue import store
+from jobqueue.conf import setting
 from jobqueue.errors import PermanentError, RateLimited, TransientError
 from jobqueue.faults import FaultPoints
 from jobqueue.models import OutboxMessage
-from jobqueue.outbox import setting, subscribers_for
+from jobqueue.outbox import subscribers_for
 
 logger = logging.getLogger("jobqueue.relay")
 
@@ -99,14 +100,13 @@ class JobsPublisher(Publisher):
         """
         if path not in self._tasks:
             from jobqueue.backend import load_task
-            from jobqueue.conf import policy
 
             try:
                 task = load_task(path)
             except (ImportError, AttributeError, TypeError, ValueError):
-                self._tasks[path] = ("default", 0, policy("MAX_ATTEMPTS"))
+                self._tasks[path] = ("default", 0, setting("MAX_ATTEMPTS"))
             else:
-                budget = getattr(task, "attempt_budget", None) or policy("MAX_ATTEMPTS")
+                budget = getattr(task, "attempt_budget", None) or setting("MAX_ATTEMPTS")
                 self._tasks[path] = (task.queue_name, task.priority, budget)
         return self._tasks[path]
 
@@ -657,7 +657,7 @@ def build(spec: str | None, *, using: str = "default") -> Publisher:
     if spec is None:
         return Unrouted("no route in REDRIVE['OUTBOX']['ROUTES'] matches the topic")
     kind, _, name = spec.partition(":")
-    destinations = setting("DESTINATIONS")
+    destinations = setting("OUTBOX", "DESTINATIONS")
     if kind == "jobs":
         return JobsPublisher(destinations.get(name) if name else None, using=using)
     if kind not in KINDS:

@@ -38,13 +38,14 @@ from django.utils import timezone
 
 from jobqueue import publishers
 from jobqueue.backoff import retry_delay
+from jobqueue.conf import setting
 from jobqueue.errors import class_path, classify
 from jobqueue.faults import FaultPoints
 from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import line_text, log_lines, logfmt
 from jobqueue.loop import Loop, process_id
 from jobqueue.models import OutboxMessage
-from jobqueue.outbox import route_for, setting
+from jobqueue.outbox import route_for
 from jobqueue.store import outbox_messages as outbox_store
 
 logger = logging.getLogger("jobqueue.relay")
@@ -103,9 +104,9 @@ class Relay(Loop):
     ):
         self.relay_id = relay_id or process_id()
         super().__init__(who="relay", kind="relay", ident=self.relay_id, using=using, log=logger)
-        self.batch_size = batch_size or setting("BATCH_SIZE")
-        self.lease_seconds = lease_seconds or setting("LEASE_SECONDS")
-        self.poll_interval = poll_interval or setting("POLL_INTERVAL")
+        self.batch_size = batch_size or setting("OUTBOX", "BATCH_SIZE")
+        self.lease_seconds = lease_seconds or setting("OUTBOX", "LEASE_SECONDS")
+        self.poll_interval = poll_interval or setting("OUTBOX", "POLL_INTERVAL")
         self.burst = burst
         self.sweep_interval = sweep_interval
         # Slow destinations: successes are marked at least this often, so a crash mid-batch
@@ -217,7 +218,7 @@ class Relay(Loop):
         return self._publishers[spec]
 
     def _max_attempts(self, publisher) -> int:
-        return publisher.max_attempts or setting("MAX_ATTEMPTS")
+        return publisher.max_attempts or setting("OUTBOX", "MAX_ATTEMPTS")
 
     def _bury_exhausted(self, group, publisher):
         budget = self._max_attempts(publisher)
@@ -328,7 +329,7 @@ class Relay(Loop):
     def _warn_of_slow_destinations(self):
         """Leases are extended between messages, not during one: a destination whose timeouts
         let one publish outlast half the lease could see a message sent by two relays at once."""
-        for name, config in (setting("DESTINATIONS") or {}).items():
+        for name, config in (setting("OUTBOX", "DESTINATIONS") or {}).items():
             worst = sum(publishers.timeouts(config))
             if worst >= self.lease_seconds / 2:
                 logger.warning(
@@ -397,7 +398,9 @@ class Relay(Loop):
             delay = verdict.delay
             if delay is None:
                 delay = retry_delay(
-                    message.attempts, base=setting("BACKOFF_BASE"), cap=setting("BACKOFF_CAP")
+                    message.attempts,
+                    base=setting("OUTBOX", "BACKOFF_BASE"),
+                    cap=setting("OUTBOX", "BACKOFF_CAP"),
                 )
             retry_at = now + timedelta(seconds=delay)
             if outbox_store.retry(message, entry, retry_at=retry_at, now=now, using=self.using):

@@ -42,7 +42,7 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from jobqueue import store
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.models import Schedule
 
 logger = logging.getLogger("jobqueue.schedules")
@@ -243,7 +243,7 @@ def enqueue_due(*, now: datetime | None = None, using: str = "default") -> int:
     """Enqueue the due ticks of every schedule; returns how many jobs this call made (0 when
     another worker got there first)."""
     now = now or timezone.now()
-    grace = float(policy("SCHEDULE_GRACE"))
+    grace = float(setting("SCHEDULE_GRACE"))
     made = 0
     for schedule in store.schedules.due(now=now, limit=DUE_LIMIT, using=using):
         try:

@@ -51,7 +51,7 @@ from jobqueue import store, workflows
 from jobqueue.backend import DatabaseBackend, load_task, wants
 from jobqueue.backoff import retry_delay
 from jobqueue.chores import Chores, LeaseSweep, duties
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.errors import (
     InvalidPayload,
     JobTimeout,
@@ -403,8 +403,8 @@ class Worker(Loop):
         # until nothing of its queues is left to finish, or `drain` seconds have passed.
         self.drain_until = None if drain is None else time.monotonic() + drain
         self.max_jobs = max_jobs
-        self.lease_seconds = lease_seconds or policy("LEASE_SECONDS")
-        self.poll_interval = poll_interval or policy("POLL_INTERVAL")
+        self.lease_seconds = lease_seconds or setting("LEASE_SECONDS")
+        self.poll_interval = poll_interval or setting("POLL_INTERVAL")
         self.grace = grace
         self.sweep_interval = sweep_interval
         # timezone.now asks the lazy settings for USE_TZ on every call, and a worker asks the
@@ -413,7 +413,7 @@ class Worker(Loop):
             clock = partial(datetime.now, UTC if settings.USE_TZ else None)
         self.clock = clock
         # Read once, not per job (_execute checks every payload and return value against it).
-        self.max_payload_bytes = policy("MAX_PAYLOAD_BYTES")
+        self.max_payload_bytes = setting("MAX_PAYLOAD_BYTES")
         self.worker_id = worker_id or process_id()
         super().__init__(
             who="jobqueue", kind="worker", ident=self.worker_id, using=using, log=logger
@@ -464,7 +464,7 @@ class Worker(Loop):
             holder=self.worker_id,
             using=using,
             lease_seconds=self.lease_seconds,
-            mode=policy("CHORES") if chores is None else chores,
+            mode=setting("CHORES") if chores is None else chores,
         )
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -477,7 +477,7 @@ class Worker(Loop):
         """
         if connection.vendor != "postgresql" or threading.get_ident() not in self._queue_threads:
             return
-        if policy("POOLER") == "transaction":
+        if setting("POOLER") == "transaction":
             return  # no session of our own to set: lock_timeout belongs on the role there
         # A worker cut off inside a transaction (a partition mid-sweep) would keep its row
         # locks until its host came back: the server ends such a session after a lease, so
@@ -490,7 +490,7 @@ class Worker(Loop):
                 "set_config('jit', 'off', false), "
                 "set_config('application_name', %s, false)",
                 [
-                    f"{int(policy('LOCK_TIMEOUT') * 1000)}ms",
+                    f"{int(setting('LOCK_TIMEOUT') * 1000)}ms",
                     f"{int(self.lease_seconds * 1000)}ms",
                     f"redrive-worker {self.worker_id}"[:63],
                 ],
@@ -1177,8 +1177,8 @@ class Worker(Loop):
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
         task = self.tasks.get(job.task_path)
-        base = getattr(task, "backoff_base", None) or policy("BACKOFF_BASE")
-        cap = getattr(task, "backoff_cap", None) or policy("BACKOFF_CAP")
+        base = getattr(task, "backoff_base", None) or setting("BACKOFF_BASE")
+        cap = getattr(task, "backoff_cap", None) or setting("BACKOFF_CAP")
         return base, cap
 
     def _lease_lost(self, job: Job, during: str):

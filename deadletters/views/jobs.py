@@ -9,9 +9,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from jobqueue import health, store
+from jobqueue.conf import setting
 from jobqueue.models import Job
 
-from .. import actions, conf, databases, jobs, search, workflows
+from .. import actions, databases, jobs, search, workflows
 from ..forms import JobFilterForm
 from ..roles import ACT_ON_JOB
 from .base import (
@@ -67,7 +68,7 @@ def job_list(request):
         "can_select": request.user.has_perm(ACT_ON_JOB)
         and (not form.cleaned_data.get("state") or form.cleaned_data["state"] in jobs.WAITING),
         "waiting": jobs.WAITING,
-        "max_selection": f"{conf.get('MAX_SELECTION'):,}",
+        "max_selection": f"{setting('MAX_SELECTION'):,}",
         # Several queue databases: this list is one backend's, the others a link (a whole page:
         # the heading, tabs and filter say the backend) away.
         "backend": backend,

@@ -11,12 +11,12 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jobqueue.conf import setting
 from jobqueue.models import DeadLetter
 from jobqueue.store import sources
 
 from .. import (
     actions,
-    conf,
     databases,
     edits,
     exports,
@@ -61,7 +61,7 @@ def overview(request):
         else summaries,
         "several": databases.multiple(),
         "now": timezone.now(),
-        "poll_seconds": conf.get("OVERVIEW_POLL_SECONDS"),
+        "poll_seconds": setting("OVERVIEW_POLL_SECONDS"),
         "spark_marks": selectors.spark_marks(),
     }
     return render_page(request, "deadletters/overview.html", "groups", context)
@@ -332,9 +332,9 @@ def edit_letter(request, pk):
         "refused": refused,
         "revealed": revealed,
         "can_reveal": request.user.has_perm(redaction.REVEAL_PERMISSION),
-        "poisoned": letter.replays >= conf.get("MAX_REPLAYS"),
+        "poisoned": letter.replays >= setting("MAX_REPLAYS"),
         "can_replay_poisoned": may_poison,
-        "max_replays": conf.get("MAX_REPLAYS"),
+        "max_replays": setting("MAX_REPLAYS"),
         "masked": redaction.REDACTED,
     }
     return render(request, "deadletters/edit.html", context, status=status)

@@ -7,7 +7,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import actions, conf, databases, selectors, services
+from jobqueue.conf import setting
+
+from .. import actions, databases, selectors, services
 from ..forms import RunPageForm, refusal
 from ..models import ReplayRun, RunState
 from ..roles import ACTION_PERMISSION, POISON
@@ -28,10 +30,10 @@ def _run_context(request, run, *, after=None, notice=""):
     if run.is_active:
         poll_every = 1
     elif run.state == RunState.AWAITING:  # until someone else's approval starts it
-        poll_every = conf.get("OVERVIEW_POLL_SECONDS")
+        poll_every = setting("OVERVIEW_POLL_SECONDS")
     elif any(item.job_outcome == "pending" for item in items):
         # Ended, but jobs it made have not run yet: their outcomes still change.
-        poll_every = conf.get("OVERVIEW_POLL_SECONDS")
+        poll_every = setting("OVERVIEW_POLL_SECONDS")
     else:
         poll_every = None
     poll_url = reverse("deadletters:run", args=[run.pk])
@@ -41,7 +43,7 @@ def _run_context(request, run, *, after=None, notice=""):
         "next_after": next_after,
         "can_control": request.user.has_perm(ACTION_PERMISSION[run.action]),
         "can_approve": _may_approve(request.user, run),
-        "queue": conf.get("REPLAY_QUEUE"),
+        "queue": setting("REPLAY_QUEUE"),
         "notice": notice,
         "poll_every": poll_every,
         "poll_url": f"{poll_url}?after={after}" if after else poll_url,

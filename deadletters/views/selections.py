@@ -8,7 +8,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import actions, conf, databases, jobs, selectors
+from jobqueue.conf import setting
+
+from .. import actions, databases, jobs, selectors
 from ..forms import ConfirmForm, JobConfirmForm
 from ..models import Selection
 from ..roles import ACTION_PERMISSION, POISON
@@ -109,8 +111,8 @@ def confirm(request, pk):
         "form": form,
         "last_rate": last_rate,
         "can_replay_poisoned": may_poison,
-        "max_replays": conf.get("MAX_REPLAYS"),
-        "batch_size": conf.get("REPLAY_BATCH_SIZE"),
+        "max_replays": setting("MAX_REPLAYS"),
+        "batch_size": setting("REPLAY_BATCH_SIZE"),
         "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
         "approval_threshold": approval_threshold(),
     }

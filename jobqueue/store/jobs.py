@@ -19,7 +19,7 @@ from django.db import DataError, IntegrityError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.logfmt import log_line
 from jobqueue.models import (
     UNFINISHED_STATES,
@@ -419,7 +419,7 @@ def _claim_all(
 
 def rate_limits() -> dict[str, float]:
     """REDRIVE["RATE_LIMITS"]: jobs per second per queue, across every worker."""
-    return policy("RATE_LIMITS") or {}
+    return setting("RATE_LIMITS") or {}
 
 
 def throttled(queues, *, now: datetime, using: str = "default") -> bool:
@@ -542,7 +542,7 @@ def acknowledge(
         return set()
     now = now or timezone.now()
     dialect = dialects.of(using)
-    limit = policy("MAX_PAYLOAD_BYTES")
+    limit = setting("MAX_PAYLOAD_BYTES")
     rows = []
     for job, value in done:
         try:

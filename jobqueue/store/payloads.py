@@ -7,7 +7,7 @@ import json
 
 from django.utils.json import normalize_json
 
-from jobqueue.conf import policy
+from jobqueue.conf import setting
 from jobqueue.errors import UnstorableValue
 from jobqueue.models import DeadLetter
 
@@ -238,7 +238,7 @@ def check_payload(args, kwargs, limit: int | None = None) -> tuple[str, str]:
     args_json, kwargs_json = storable_json(args, "args"), storable_json(kwargs, "kwargs")
     size = len(args_json) + len(kwargs_json)
     if limit is None:
-        limit = policy("MAX_PAYLOAD_BYTES")
+        limit = setting("MAX_PAYLOAD_BYTES")
     if size > limit:
         raise ValueError(f"payload is {size} bytes, over the {limit}-byte limit")
     return args_json, kwargs_json
@@ -250,7 +250,7 @@ def check_value(value, what: str, limit: int | None = None) -> CheckedJSON:
     when not given. UnstorableValue (a ValueError) says which rule it breaks."""
     text = storable_json(value, what)
     if limit is None:
-        limit = policy("MAX_PAYLOAD_BYTES")
+        limit = setting("MAX_PAYLOAD_BYTES")
     if len(text) > limit:  # the encoder escapes every non-ASCII character: one byte each
         raise UnstorableValue(
             f"{what} is {len(text)} bytes, over the {limit}-byte limit "

@@ -261,17 +261,45 @@ def test_the_top_level_approval_threshold_of_an_earlier_version_is_not_read(sett
 
 
 def test_keys_are_read_from_redrive_with_their_defaults(settings):
-    from deadletters import conf as console_conf
     from jobqueue import conf
 
     settings.REDRIVE = {"LEASE_SECONDS": 12.5, "PAGE_SIZE": 7}
-    assert conf.policy("LEASE_SECONDS") == 12.5
-    assert conf.policy("MAX_ATTEMPTS") == 5
-    assert console_conf.get("PAGE_SIZE") == 7
-    assert console_conf.get("REPLAY_QUEUE") == "deadletters"
+    assert conf.setting("LEASE_SECONDS") == 12.5
+    assert conf.setting("MAX_ATTEMPTS") == 5
+    assert conf.setting("PAGE_SIZE") == 7  # the console's keys, through the same accessor
+    assert conf.setting("REPLAY_QUEUE") == "deadletters"
     del settings.REDRIVE
-    assert conf.policy("LEASE_SECONDS") == 30.0
+    assert conf.setting("LEASE_SECONDS") == 30.0
     assert checks.check_settings() == []
+
+
+def test_settings_are_read_through_one_accessor():
+    """jobqueue.conf.setting is the one way to read a setting: the accessors it replaced stay
+    gone."""
+    from deadletters import conf as console_conf
+    from jobqueue import conf, outbox
+    from jobqueue.store.sources import brokers
+
+    assert not hasattr(conf, "policy") and not hasattr(console_conf, "get")
+    assert getattr(outbox, "setting", conf.setting) is conf.setting  # imported, not its own
+    assert not hasattr(brokers, "settings_of")
+
+
+def test_a_settings_dicts_keys_are_read_with_their_defaults(settings):
+    """OUTBOX's keys default to OUTBOX_DEFAULTS, its retry policy to REDRIVE's own keys; a
+    broker's dead-letter settings have no defaults here (its source supplies them)."""
+    from jobqueue import conf
+
+    settings.REDRIVE = {"MAX_ATTEMPTS": 9, "OUTBOX": {"BATCH_SIZE": 50, "BACKOFF_CAP": 60.0}}
+    assert conf.setting("OUTBOX", "BATCH_SIZE") == 50
+    assert conf.setting("OUTBOX", "POLL_INTERVAL") == 1.0
+    assert conf.setting("OUTBOX", "BACKOFF_CAP") == 60.0
+    assert conf.setting("OUTBOX", "MAX_ATTEMPTS") == 9
+    assert conf.setting("OUTBOX", "BACKOFF_BASE") == 1.0
+    assert conf.setting("RABBITMQ_DEAD_LETTERS", "queues") is None
+    settings.REDRIVE = {"SQS_DEAD_LETTERS": {"queues": ["https://sqs/dlq"]}, "OUTBOX": []}
+    assert conf.setting("SQS_DEAD_LETTERS", "queues") == ["https://sqs/dlq"]
+    assert conf.setting("OUTBOX", "ROUTES") == {}  # the wrong kind reads as empty (E009)
 
 
 # --- nested settings: REDRIVE["OUTBOX"] --------------------------------------------------

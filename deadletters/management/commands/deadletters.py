@@ -12,6 +12,7 @@ from deadletters import conf, databases, exports, redaction, selectors, services
 from deadletters.forms import FilterForm, refusal
 from deadletters.models import Action, ReplayRun, RunState
 from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
+from jobqueue.conf import setting
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
@@ -148,7 +149,7 @@ class Command(cli.Command):
             act.add_argument(
                 "--limit",
                 # The largest selection a run may freeze, read when the command runs.
-                type=cli.integer(1, lambda: conf.get("MAX_SELECTION")),
+                type=cli.integer(1, lambda: setting("MAX_SELECTION")),
                 help="Required with a filter: at most N items.",
             )
             cli.add_audit_arguments(act)
@@ -405,8 +406,8 @@ class Command(cli.Command):
             if opts["limit"] is not None:
                 raise usage_error("--limit goes with a filter, not with ids.")
             ids = list(dict.fromkeys(opts["ids"]))
-            if len(ids) > conf.get("MAX_SELECTION"):
-                raise usage_error(f"A selection holds at most {conf.get('MAX_SELECTION'):,} items.")
+            if len(ids) > setting("MAX_SELECTION"):
+                raise usage_error(f"A selection holds at most {setting('MAX_SELECTION'):,} items.")
             found = DeadLetter.objects.using(opts["backend"]).filter(pk__in=ids)
             missing = sorted(set(ids) - set(found.values_list("pk", flat=True)))
             if missing:
@@ -477,7 +478,7 @@ class Command(cli.Command):
                     canary_size=(
                         0
                         if action != Action.REPLAY
-                        else conf.get("CANARY_SIZE")
+                        else setting("CANARY_SIZE")
                         if opts.get("canary") is None
                         else opts["canary"]
                     ),
@@ -630,7 +631,7 @@ class Command(cli.Command):
         if record.truncated:
             self.stderr.write(
                 f"truncated: more letters match than REDRIVE['EXPORT_MAX_ROWS'] "
-                f"({conf.get('EXPORT_MAX_ROWS'):,}); narrow the filter"
+                f"({setting('EXPORT_MAX_ROWS'):,}); narrow the filter"
             )
 
     # --- approve (the two-person rule) -----------------------------------------------------

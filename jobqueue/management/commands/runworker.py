@@ -5,9 +5,9 @@ import sys
 from jobqueue import schedules
 from jobqueue.backend import DatabaseBackend
 from jobqueue.checks import TAG
+from jobqueue.conf import setting
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
-from jobqueue.outbox import setting
 from jobqueue.worker import MAX_PREFETCH, Worker
 
 logger = logging.getLogger("jobqueue.worker")
@@ -119,7 +119,7 @@ class Command(cli.Command):
         )
         worker.install_signal_handlers()
         relay_thread = relay = None
-        if opts["relay"] or setting("RELAY_IN_WORKER"):
+        if opts["relay"] or setting("OUTBOX", "RELAY_IN_WORKER"):
             # Imported only here: most workers run no relay, and each module loaded is start-up
             # time for every worker (compiled anew on each start where bytecode is not kept).
             from jobqueue.relay import Relay, run_in_thread

@@ -327,11 +327,6 @@ def plain(value):
     return storable_text(str(value), MAX_MESSAGE_CHARS)
 
 
-def settings_of(key: str) -> dict:
-    value = conf.setting(key)
-    return value if isinstance(value, dict) else {}
-
-
 class BrokerSource(BaseSource):
     """What RabbitMQ and SQS share: replays and discards are recorded in the console's
     transaction and carried out at the broker after it commits (`finish`), a sync
@@ -344,8 +339,7 @@ class BrokerSource(BaseSource):
     options: dict[str, type | tuple[type, ...]] = {}
 
     def configured(self) -> bool:
-        options = settings_of(self.settings_key)
-        return bool(options.get("queues"))
+        return bool(conf.setting(self.settings_key, "queues"))
 
     def problems(self) -> list[str]:
         """What is wrong with the source's settings (for `manage.py check`), in words."""

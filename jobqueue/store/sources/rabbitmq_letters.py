@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
+from jobqueue.conf import setting
 from jobqueue.models import DeadLetter
 
 from . import Made
@@ -68,7 +69,6 @@ from .brokers import (
     replay_refused,
     seal,
     sealed,
-    settings_of,
     settle_replayed,
 )
 
@@ -176,12 +176,11 @@ class RabbitMQLetters(BrokerSource):
     # --- the connection ----------------------------------------------------------------
 
     def _options(self) -> dict:
-        options = settings_of(SETTINGS)
         return {
-            "url": options.get("url") or "amqp://guest:guest@127.0.0.1:5672/%2F",
-            "queues": list(options.get("queues") or ()),
-            "scan_limit": int(options.get("scan_limit") or 10_000),
-            "timeout": float(options.get("timeout") or 5.0),
+            "url": setting(SETTINGS, "url") or "amqp://guest:guest@127.0.0.1:5672/%2F",
+            "queues": list(setting(SETTINGS, "queues") or ()),
+            "scan_limit": int(setting(SETTINGS, "scan_limit") or 10_000),
+            "timeout": float(setting(SETTINGS, "timeout") or 5.0),
         }
 
     def _connect(self, options):

@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
+from jobqueue.conf import setting
+
 from ..payloads import storable_text
 from . import Made
 from .brokers import (
@@ -62,7 +64,6 @@ from .brokers import (
     refusal,
     seal,
     sealed,
-    settings_of,
     settle_replayed,
 )
 
@@ -139,13 +140,12 @@ class SQSLetters(BrokerSource):
         return Made("SQS message", ref)
 
     def _options(self) -> dict:
-        options = settings_of(SETTINGS)
         return {
-            "queues": list(options.get("queues") or ()),
-            "scan_limit": int(options.get("scan_limit") or 10_000),
-            "visibility_timeout": int(options.get("visibility_timeout") or 60),
+            "queues": list(setting(SETTINGS, "queues") or ()),
+            "scan_limit": int(setting(SETTINGS, "scan_limit") or 10_000),
+            "visibility_timeout": int(setting(SETTINGS, "visibility_timeout") or 60),
             "client": {
-                key: options[key]
+                key: value
                 for key in (
                     "endpoint_url",
                     "region_name",
@@ -153,9 +153,9 @@ class SQSLetters(BrokerSource):
                     "aws_secret_access_key",
                     "aws_session_token",
                 )
-                if options.get(key)
+                if (value := setting(SETTINGS, key))
             },
-            "timeout": float(options.get("timeout") or 5.0),
+            "timeout": float(setting(SETTINGS, "timeout") or 5.0),
         }
 
     def _client(self, options):
