@@ -243,7 +243,7 @@ def perform(name: str, *, user, channel: str, data=None, token: str = "") -> Out
         try:
             return action.carry_out(actor, cleaned)
         except services.RefusedError as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(str(exc), code=exc.code) from None
 
 
 def freeze(name: str, *, user, channel: str, data=None, token: str = "") -> Selection:
@@ -305,7 +305,7 @@ def confirm(selection_id, *, user, channel: str, data=None, token: str = "") -> 
         try:
             return action.carry_out(actor, cleaned, selection)
         except services.RefusedError as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(str(exc), code=exc.code) from None
 
 
 def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
@@ -330,6 +330,8 @@ def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
             "skipped": [{"reason": why, "count": n} for why, n in preview.skipped],
             "previously_replayed": preview.previously_replayed,
             "poisoned": preview.poisoned,
+            "queues": [{"queue": queue, "count": n} for queue, n in preview.queues],
+            "can_change_queue": not preview.fixed_queue,
             "sample": selection.ids[:20],
         }
     preview = jobs.preview(selection.ids, selection.action, using=selection.database)
@@ -687,15 +689,18 @@ def _start_run(actor: Actor, cleaned, selection: Selection) -> Outcome:
         rate=cleaned["rate"],
         canary_size=cleaned["canary_size"],
         canary_max_dead_share=cleaned["canary_max_dead_share"],
+        to_queue=cleaned["to_queue"],
+        allow_unknown_queue=cleaned["allow_unknown_queue"],
         channel=actor.channel,
     )
     awaiting = run.state == RunState.AWAITING
+    where = f", to queue {run.to_queue}" if run.to_queue else ""
     return Outcome(
         True,
-        f"Run #{run.pk} is awaiting a second person's approval."
+        f"Run #{run.pk}{where} is awaiting a second person's approval."
         if awaiting
-        else f"Run #{run.pk} has started.",
-        {"run": run.pk, "state": run.state},
+        else f"Run #{run.pk}{where} has started.",
+        {"run": run.pk, "state": run.state, **({"to_queue": run.to_queue} if run.to_queue else {})},
         run,
     )
 

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from jobqueue import store
 from jobqueue.conf import setting
 from jobqueue.models import MAX_ID, AuditEntry, DeadLetterState
 from jobqueue.store import sources
@@ -442,6 +443,30 @@ class ConfirmForm(forms.Form):
         widget=forms.NumberInput(attrs={"min": 0, "max": 1, "step": "any"}),
         help_text="The share of the canary that may die again (0 to 1) before the run halts.",
     )
+    # A replay's destination (deadletters.services.check_destination, which every door calls:
+    # the queue's name is checked here too, to be said beside the field).
+    to_queue = forms.CharField(
+        required=False,
+        max_length=100,
+        strip=False,
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+        help_text="The queue the replayed jobs go to; empty is each letter's own queue.",
+    )
+    allow_unknown_queue = forms.BooleanField(
+        required=False,
+        label="Send them to a new queue",
+        help_text="A queue no worker has taken from and no setting or job names yet (refused "
+        "otherwise, so that a typo cannot leave the jobs where nothing claims them).",
+    )
+
+    def clean_to_queue(self):
+        queue = self.cleaned_data.get("to_queue", "")
+        if queue == "":
+            return ""
+        try:
+            return store.queues.checked_name(queue)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not a queue to replay to: {exc}.") from None
 
     def clean_rate(self):
         rate = self.cleaned_data.get("rate")

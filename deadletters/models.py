@@ -93,6 +93,8 @@ class ReplayRun(models.Model):
     filter = models.JSONField(default=dict, blank=True)
     job_types = models.JSONField(default=list, blank=True)
     allow_poisoned = models.BooleanField(default=False)
+    # A replay's destination: the queue its jobs go to; empty, each letter's own queue.
+    to_queue = models.CharField(max_length=100, blank=True, default="")
     batch_size = models.PositiveIntegerField()
     rate = models.FloatField(default=0, help_text="items per second; 0 is unlimited")
     # The rate's schedule: when the next item may go. Kept on the run, not in a runner's

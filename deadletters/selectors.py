@@ -492,6 +492,10 @@ class Preview:
     poisoned: int = 0
     skipped: list[tuple[str, int]] = field(default_factory=list)
     sample: list[DeadLetter] = field(default_factory=list)  # the first few, in the run's order
+    # The letters' own queues, most first, and how many of them no replay may send to another
+    # queue (their source replays where they came from: services.check_destination).
+    queues: list[tuple[str, int]] = field(default_factory=list)
+    fixed_queue: int = 0
 
     @property
     def skip_count(self):
@@ -520,20 +524,22 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
     max_replays = setting("MAX_REPLAYS")
     found = {}
     for chunk in in_chunks(ids):
-        for pk, state, replays, path in (
+        for pk, *row in (
             DeadLetter.objects.using(using)
             .filter(pk__in=chunk)
-            .values_list("pk", "state", "replays", "task_path")
+            .values_list("pk", "state", "replays", "task_path", "queue_name", "source")
         ):
-            found[pk] = (state, replays, path)
+            found[pk] = row
     result = Preview(action=action, total=len(ids))
-    types, skipped = Counter(), Counter()
+    types, skipped, queues, fixed = Counter(), Counter(), Counter(), Counter()
     for pk in ids:
         if pk not in found:
             skipped[store.SKIP_MISSING] += 1
             continue
-        state, replays, path = found[pk]
+        state, replays, path, queue, source = found[pk]
         types[path] += 1
+        queues[queue] += 1
+        fixed[source] += 1
         if replays:
             result.previously_replayed += 1
         if state != DeadLetterState.PENDING:
@@ -547,6 +553,8 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
             result.will_act += 1
     result.by_type = types.most_common()
     result.skipped = skipped.most_common()
+    result.queues = queues.most_common()
+    result.fixed_queue = sum(n for name, n in fixed.items() if not sources.replays_to_queue(name))
     first = ids[:PREVIEW_SAMPLE]
     rows = DeadLetter.objects.using(using).filter(pk__in=first).only(*SAMPLED).in_bulk()
     result.sample = [rows[pk] for pk in first if pk in rows]

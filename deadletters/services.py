@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
+from django.tasks import InvalidTaskBackend, task_backends
 from django.utils import timezone
 
 from jobqueue import schedules, store
 from jobqueue.conf import setting
 from jobqueue.models import DeadLetter, Job, JobState
+from jobqueue.store import sources
 
 from . import conf, redaction
 from .models import (
@@ -41,7 +44,13 @@ PREVIEW_LIFETIME = timedelta(days=1)
 
 
 class RefusedError(ValueError):
-    """The request cannot be carried out as asked (no reason, empty or foreign selection)."""
+    """The request cannot be carried out as asked (no reason, empty or foreign selection).
+    `code` names the refusal for a channel that adds its own hint (the console's tick box,
+    the API's `code`), "" when there is none."""
+
+    def __init__(self, message: str, code: str = ""):
+        super().__init__(message)
+        self.code = code
 
 
 def _selected(ids, noun: str) -> list[int]:
@@ -87,12 +96,82 @@ def freeze_selection(
     )
 
 
+def check_destination(
+    to_queue: str | None,
+    *,
+    ids,
+    using: str = "default",
+    action: str = Action.REPLAY,
+    allow_unknown: bool = False,
+) -> str:
+    """The queue a replay of these letters (of the queue database `using`) is sent to: "" for
+    none given (each letter's own), else `to_queue`, checked for every door (the console's
+    form, the API, `manage.py act confirm` and `deadletters replay`) by one set of rules.
+    RefusedError, with its `code`, says why not:
+
+    - a discard, which sends nothing anywhere;
+    - not a queue name (store.queues.checked_name): invalid_queue;
+    - letters whose source replays them where they came from (an outbox message, a django-q2
+      task, a broker's message: not `sources.replays_to_queue`), even one among many: the
+      selection is refused whole, never run in part: cannot_change_queue;
+    - a queue the backend of some of the letters does not take (its TASKS QUEUES): the same
+      enqueue would be refused there: queue_not_allowed;
+    - a queue the console does not know (store.queues.is_known: no worker took from it, no
+      setting or task names it, no job or letter is of it), unless `allow_unknown`, so a typo
+      cannot strand the jobs where nothing claims them: unknown_queue.
+    """
+    if to_queue is None or to_queue == "":
+        return ""
+    if action != Action.REPLAY:
+        raise RefusedError("A discard sends nothing to a queue: leave the queue empty.")
+    try:
+        queue = store.queues.checked_name(to_queue)
+    except ValueError as exc:
+        raise RefusedError(f"Not a queue to replay to: {exc}.", code="invalid_queue") from None
+    counts, backends = Counter(), set()
+    for chunk in in_chunks(list(ids)):
+        rows = DeadLetter.objects.using(using).filter(pk__in=chunk).order_by()
+        for source, backend, n in rows.values_list("source", "backend").annotate(n=Count("id")):
+            counts[source] += n
+            backends.add(backend)
+    fixed = [(name, n) for name, n in sorted(counts.items()) if not sources.replays_to_queue(name)]
+    if fixed:
+        which = ", ".join(
+            f"{n} letter{'s' if n != 1 else ''} of source {name}" for name, n in fixed
+        )
+        raise RefusedError(
+            f"Not replayed to {queue}: {which} can only be replayed where they came from, and "
+            "a selection goes to one place whole. Leave the queue empty, or select only "
+            "jobqueue letters.",
+            code="cannot_change_queue",
+        )
+    for alias in sorted(backends):
+        try:
+            taken = task_backends[alias].queues
+        except InvalidTaskBackend:
+            continue  # a backend removed from TASKS: its letters' jobs go to the default one
+        if taken and queue not in taken:
+            raise RefusedError(
+                f"Not replayed to {queue}: backend {alias} takes only the queues "
+                f"{', '.join(sorted(taken))} (its TASKS QUEUES).",
+                code="queue_not_allowed",
+            )
+    if not allow_unknown and not store.queues.is_known(queue, using):
+        raise RefusedError(
+            f"Not replayed: {store.queues.UnknownQueue(queue, store.queues.known(using))}.",
+            code="unknown_queue",
+        )
+    return queue
+
+
 def start_run(
     *,
     operator,
     selection: Selection,
     reason: str,
     allow_poisoned: bool = False,
+    to_queue: str | None = None,
+    allow_unknown_queue: bool = False,
     rate: float | None = None,
     background: bool = True,
     canary_size: int = 0,
@@ -109,6 +188,9 @@ def start_run(
     drives it with `carry_out`, as the CLI does). A run of more items than the approval
     threshold (conf.approval_threshold) is created awaiting approval and not started: a second
     user's `approve` starts it the same way.
+
+    A replay run's jobs go to `to_queue` instead of their letters' own queues, checked by
+    `check_destination` (`allow_unknown_queue`: a queue the console does not know yet).
 
     A replay run may start with a canary of `canary_size` items (0: none; the console and the
     CLI default to REDRIVE["CANARY_SIZE"], callers here choose): see `_watch_canary`. A canary
@@ -143,6 +225,13 @@ def start_run(
         raise RefusedError("This selection has already been confirmed.")
     now = now or timezone.now()
     ids = selection.ids
+    to_queue = check_destination(
+        to_queue,
+        ids=ids,
+        using=selection.database,
+        action=selection.action,
+        allow_unknown=allow_unknown_queue,
+    )
     job_types = sorted(
         {
             path
@@ -176,6 +265,7 @@ def start_run(
                 filter=selection.filter,
                 job_types=job_types,
                 allow_poisoned=allow_poisoned and selection.action == Action.REPLAY,
+                to_queue=to_queue,
                 batch_size=batch_size,
                 rate=rate,
                 requested=len(ids),
@@ -186,7 +276,7 @@ def start_run(
                 updated_at=now,
                 **({"state": RunState.AWAITING} if awaiting else {}),
             )
-            _record_start(run, operator, channel, now)
+            _record_start(run, operator, channel, now, allow_unknown_queue=allow_unknown_queue)
             if run.state != RunState.AWAITING:
                 _begin(run, now=now, background=background)
     except IntegrityError:
@@ -198,9 +288,13 @@ def start_run(
     return run
 
 
-def _record_start(run: ReplayRun, operator, channel: str, now):
+def _record_start(run: ReplayRun, operator, channel: str, now, *, allow_unknown_queue: bool):
     """The audit entry of a confirmed run: on its selection (whose ids it acts on), with what
-    was asked of it."""
+    was asked of it (and, for a replay to a queue, whether the operator let it be one the
+    console did not know)."""
+    params = start_params(run)
+    if run.to_queue and allow_unknown_queue:
+        params["allow_unknown_queue"] = True
     store.audit.record(
         f"letters.{run.action}",
         actor=operator.get_username(),
@@ -208,7 +302,7 @@ def _record_start(run: ReplayRun, operator, channel: str, now):
         target_kind="selection",
         targets=[run.selection_id],
         reason=run.reason,
-        params=start_params(run),
+        params=params,
         at=now,
     )
 
@@ -223,6 +317,8 @@ def start_params(run: ReplayRun) -> dict:
         "rate": run.rate,
         "filter": run.filter,
     }
+    if run.to_queue:
+        params["to_queue"] = run.to_queue
     if run.canary_size:
         params["canary"] = {
             "size": run.canary_size,
@@ -341,7 +437,12 @@ def _process_batch(
             letters = _lock_in_order(ids, using=using)
             if run.action == Action.REPLAY:
                 done, skipped, refs = _replay(
-                    ids, letters, allow_poisoned=run.allow_poisoned, now=now, using=using
+                    ids,
+                    letters,
+                    allow_poisoned=run.allow_poisoned,
+                    to_queue=run.to_queue or None,
+                    now=now,
+                    using=using,
                 )
             else:
                 outcome = store.discard(ids, now=now, using=using)
@@ -592,16 +693,19 @@ def _lock_in_order(ids, *, using: str = "default") -> dict:
     return letters
 
 
-def _replay(ids, letters, *, allow_poisoned: bool, now, using: str = "default"):
-    """Replay through the store, holding back items past the poison limit (`letters` are
-    locked, so their replay counts cannot change before the replay)."""
+def _replay(ids, letters, *, allow_poisoned: bool, to_queue=None, now, using: str = "default"):
+    """Replay through the store (to `to_queue`, if not None), holding back items past the
+    poison limit (`letters` are locked, so their replay counts cannot change before the
+    replay)."""
     limit = setting("MAX_REPLAYS")
     poisoned = {}
     if not allow_poisoned:
         poisoned = {
             pk: POISON_REASON.format(n=limit) for pk, row in letters.items() if row.replays >= limit
         }
-    outcome = store.replay([pk for pk in ids if pk not in poisoned], now=now, using=using)
+    outcome = store.replay(
+        [pk for pk in ids if pk not in poisoned], now=now, using=using, to_queue=to_queue
+    )
     return outcome.done, {**poisoned, **outcome.skipped}, outcome.refs
 
 
@@ -995,7 +1099,6 @@ def edit_params(edit, *, run: int | None) -> dict:
 def refuse_unless_editable(letter, *, allow_poisoned: bool):
     """The rules of a replay, for one letter about to be edited (RefusedError says which)."""
     from jobqueue.models import DeadLetterState
-    from jobqueue.store import sources
 
     if letter.state != DeadLetterState.PENDING:
         raise RefusedError(

@@ -5,12 +5,13 @@ whose OpenAPI request body is made from that form.
 A bulk action is carried out in two calls, as in the console: `POST /actions/<name>` freezes
 the selection (ticked `ids`, or `select_all` with the list's filter) and answers its id, count,
 breakdown by job type and by cause, and a sample; `POST /selections/<id>/confirm` with the
-confirm step's fields (a reason; a replay's pace and canary) carries it out.
+confirm step's fields (a reason; a replay's pace, canary and destination queue) carries it out.
 
 Refusals, each `{"detail": ...}` with the registry's message: 400 invalid input (the form's
 messages, by field in `errors`), 401, 403 (the permission or scope named), 404 (no such action,
-target or selection), 409 (refused by state). Every POST may carry an `Idempotency-Key`
-(deadletters.api.idempotency); each entry it writes in the audit log names its token.
+target or selection), 409 (refused by state; `code` names the refusal where it has a name).
+Every POST may carry an `Idempotency-Key` (deadletters.api.idempotency); each entry it writes
+in the audit log names its token.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ class Frozen(Schema):
     skipped: list[dict[str, Any]] | None = None
     previously_replayed: int | None = None
     poisoned: int | None = None
+    # A letters selection's own queues, and whether a replay of it may go to another (to_queue).
+    queues: list[dict[str, Any]] | None = None
+    can_change_queue: bool | None = None
 
 
 # --- the request body of each action, from its form -------------------------------------------
@@ -158,7 +162,7 @@ def answered(call):
         hint = getattr(exc, "hint", "")
         raise Refused(404, f"{exc.message} {hint}".strip()) from None
     except actions.Conflict as exc:
-        raise Refused(409, exc.message) from None
+        raise Refused(409, exc.message, exc.code) from None
 
 
 def by_cause(selection: Selection) -> list[dict]:
@@ -333,7 +337,9 @@ def selection_detail(request, pk: str):
 )
 def selection_confirm(request, pk: str):
     """Carry out a frozen selection (the second call of a bulk action) with the confirm step's
-    fields: a reason; for a replay its rate, canary and allow_poisoned."""
+    fields: a reason; for a replay its rate, canary, allow_poisoned and the queue its jobs go
+    to (to_queue; allow_unknown_queue for one no worker or setting names: 409 unknown_queue
+    otherwise; 409 cannot_change_queue for letters that replay only where they came from)."""
     selection = _selection(request, pk)
     data = form_data(request)
 

@@ -3,7 +3,8 @@
 A request names its token as `Authorization: Bearer rdr_<prefix>_<secret>`. Missing, unknown,
 wrong, expired or revoked: 401. A GET needs the token's read scope and a POST its act scope
 (403 naming the scope), and the token's user the console's view permission (403 naming it):
-the token acts as its user, never above them. Every refusal is `{"detail": "<message>"}`.
+the token acts as its user, never above them. Every refusal is `{"detail": "<message>"}`, with
+a `"code"` naming it where a script may act on it (409 unknown_queue, cannot_change_queue).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ API = AuditEntry.Channel.API
 
 class Error(Schema):
     detail: str
+    # What refused it, where a script may act on it (unknown_queue, cannot_change_queue, ...).
+    code: str | None = None
 
 
 # Every endpoint may answer these besides its own result.
@@ -32,7 +35,12 @@ REFUSALS = {400: Error, 401: Error, 403: Error}
 
 
 class Refused(HttpError):
-    """A refusal with its status and message: the whole answer is `{"detail": message}`."""
+    """A refusal with its status and message: the whole answer is `{"detail": message}`, and
+    `"code"` where the refusal has one (deadletters.actions.Conflict's)."""
+
+    def __init__(self, status_code: int, message: str, code: str = ""):
+        super().__init__(status_code, message)
+        self.code = code
 
 
 def missing(permission: str) -> Refused:
@@ -102,7 +110,10 @@ def _rolled_back():
 @api.exception_handler(HttpError)
 def _refused(request, exc):
     _rolled_back()
-    return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+    body = {"detail": str(exc)}
+    if getattr(exc, "code", ""):
+        body["code"] = exc.code
+    return api.create_response(request, body, status=exc.status_code)
 
 
 @api.exception_handler(NinjaValidationError)

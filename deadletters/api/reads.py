@@ -308,6 +308,7 @@ class RunOut(Schema):
     percent: int
     rate: float
     allow_poisoned: bool
+    to_queue: str | None
     job_types: list[Any]
     filter: dict[str, Any]
     canary_size: int
@@ -338,6 +339,8 @@ def run_json(run: ReplayRun) -> dict:
         "percent": run.percent,
         "rate": run.rate,
         "allow_poisoned": run.allow_poisoned,
+        # A replay's destination; None: each letter's own queue.
+        "to_queue": run.to_queue or None,
         "job_types": run.job_types if isinstance(run.job_types, list) else [],
         "filter": run.filter if isinstance(run.filter, dict) else {},
         "canary_size": run.canary_size,

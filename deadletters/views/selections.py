@@ -66,6 +66,11 @@ def _own_selection(request, pk, kind=Selection.Kind.LETTERS):
     return selection
 
 
+# Refusals of the queue typed (services.check_destination), said beside its field; that the
+# selection cannot go to another queue is said of the whole form (the field is not shown then).
+DESTINATION_REFUSALS = {"unknown_queue", "queue_not_allowed"}
+
+
 def _confirmed(request, selection, form):
     """Confirm `selection` with the POSTed reason (actions.confirm): its outcome, or None with
     `form` holding why not, its messages beside their fields as every channel words them."""
@@ -73,7 +78,14 @@ def _confirmed(request, selection, form):
         return actions.confirm(selection.pk, user=request.user, channel=CONSOLE, data=request.POST)
     except (actions.Invalid, actions.Conflict) as exc:
         form.is_valid()
-        if isinstance(exc, actions.Conflict):
+        if not isinstance(exc, actions.Conflict):
+            return None
+        if exc.code in DESTINATION_REFUSALS and "to_queue" in form.fields:
+            hint = ""
+            if exc.code == "unknown_queue":
+                hint = f" To send them there anyway, tick “{form['allow_unknown_queue'].label}”."
+            form.add_error("to_queue", f"{exc}{hint}")
+        else:
             form.add_error(None, str(exc))
         return None
 
@@ -115,6 +127,8 @@ def confirm(request, pk):
         "batch_size": setting("REPLAY_BATCH_SIZE"),
         "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
         "approval_threshold": approval_threshold(),
+        # A replay's destination as typed (its refusal, if any, is beside its field).
+        "to_queue": (form["to_queue"].value() or "") if form.is_bound else "",
     }
     return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter, DeadLetterState, Job
 
-from . import dialects, sources
+from . import dialects, queues, sources
 from .payloads import check_payload, normalized
 
 SKIP_REASONS = {
@@ -33,6 +33,7 @@ SKIP_KEY_HELD = "a live job already holds its idempotency key"
 SKIP_MISSING = "no such dead letter"
 SKIP_NO_SOURCE = "no dead-letter source {name!r} is registered"
 SKIP_NOT_EDITABLE = "letters of source {name!r} are replayed as they are, not edited"
+SKIP_FIXED_QUEUE = "letters of source {name!r} are replayed where they came from, not to a queue"
 
 
 @dataclass
@@ -76,21 +77,34 @@ def _lock(ids: Sequence[int], using: str) -> dict[int, DeadLetter]:
 
 
 def replay(
-    dead_letter_ids: Iterable[int], *, now: datetime | None = None, using: str = "default"
+    dead_letter_ids: Iterable[int],
+    *,
+    now: datetime | None = None,
+    using: str = "default",
+    to_queue: str | None = None,
 ) -> Resolution:
     """Replay each pending dead letter through its source; nothing is replayed twice.
 
     A replayed letter becomes 'replaying' (replays + 1, pointing at its new job or reference)
     until its source settles it: 'replayed' once that replay succeeds, 'pending' again if it
     dies (replays kept). Letters not pending are skipped with the reason.
+
+    `to_queue`: their jobs go to this queue instead of their own (a valid name, ValueError
+    otherwise; whether it is one an operator may mean is the caller's to check). Letters of a
+    source that replays where they came from (not `replays_to_queue`) are skipped then.
     """
     now = now or timezone.now()
     ids = list(dict.fromkeys(dead_letter_ids))
+    moved = {} if to_queue is None else {"to_queue": queues.checked_name(to_queue)}
     resolution = Resolution()
     with transaction.atomic(using=using):
         replayed = []
         for source, letters in classify(ids, _lock(ids, using), resolution).items():
-            results = source.replay(letters, now=now, using=using)
+            if moved and not sources.replays_to_queue(source):
+                for letter in letters:
+                    resolution.skipped[letter.pk] = SKIP_FIXED_QUEUE.format(name=source.name)
+                continue
+            results = source.replay(letters, now=now, using=using, **moved)
             for letter in letters:
                 result = results[letter.pk]
                 if isinstance(result, str):

@@ -36,15 +36,25 @@ from jobqueue.models import (
 
 from . import audit
 from .jobs import rate_limits
+from .payloads import storable_text
 
 logger = logging.getLogger(__name__)
 
 
-def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
+def checked_name(queue) -> str:
+    """`queue` if it is a name a queue may have (what a pause names, a replay is sent to),
+    else ValueError saying why: 1 to 100 characters, not only spaces, text every database
+    stores (no NUL, no lone surrogate)."""
     limit = PausedQueue._meta.get_field("queue_name").max_length
     if not isinstance(queue, str) or not queue.strip() or len(queue) > limit:
         raise ValueError(f"a queue name is 1 to {limit} characters")
-    return (queue, *audit.checked_action(actor, reason))
+    if storable_text(queue, limit) != queue:
+        raise ValueError("a queue name holds no NUL (\\u0000) or lone surrogate")
+    return queue
+
+
+def _checked(queue: str, actor: str, reason: str) -> tuple[str, str, str]:
+    return (checked_name(queue), *audit.checked_action(actor, reason))
 
 
 class UnknownQueue(ValueError):

@@ -259,7 +259,8 @@ def test_show_arguments(letters, ids, argv):
     st.lists(IDS, max_size=3),
     pairs(
         {**FILTERS, "--limit": LIMITS, "--reason": TEXTS, "--operator": TEXTS,
-         "--rate": RATES, "--dry-run": st.none(), "--allow-poisoned": st.none()}
+         "--rate": RATES, "--dry-run": st.none(), "--allow-poisoned": st.none(),
+         "--to-queue": st.one_of(st.just("emails"), TEXTS), "--allow-unknown-queue": st.none()}
     ),
     st.sampled_from(["oncall", "chief", "nobody"]),
     st.one_of(st.just("API back"), TEXTS),

@@ -6,6 +6,7 @@ through the command line.
     manage.py act queue.pause --queue emails --reason "provider outage" --operator ana
     manage.py act letters.replay --job-type app.tasks.send --select-all --operator ana
     manage.py act confirm 42 --reason "provider back" --operator ana
+    manage.py act confirm 43 --reason "slow lane" --to-queue emails-slow --operator ana
 
 A bulk action's first call freezes the selection and prints its preview; `act confirm ID`
 carries it out, as the console's confirm page does.
@@ -115,17 +116,19 @@ class Command(cli.Command):
         if name == "list":
             return self._list(opts["json"])
         user = cli.operator(opts["operator"])
+        fields = {}
         try:
             if name == CONFIRM:
-                data = _data(opts, _confirm_fields())
+                fields = _confirm_fields()
+                data = _data(opts, fields)
                 outcome = actions.confirm(opts["selection"], user=user, channel="cli", data=data)
             elif actions.get(name).bulk:
                 return self._freeze(name, user, opts)
             else:
-                data = _data(opts, actions.get(name).fields())
-                outcome = actions.perform(name, user=user, channel="cli", data=data)
+                fields = actions.get(name).fields()
+                outcome = actions.perform(name, user=user, channel="cli", data=_data(opts, fields))
         except actions.ActionError as exc:
-            raise cli.usage_error(_without_hint(exc)) from None
+            raise cli.usage_error(_without_hint(exc, fields)) from None
         self._print_outcome(name, outcome, opts["json"])
 
     def _freeze(self, name, user, opts):
@@ -148,9 +151,15 @@ class Command(cli.Command):
             lines.append(f"  {row['count']:>8}  {row['task_path']}")
         for row in preview.get("skipped", []):
             lines.append(f"  skipped {row['count']}: {row['reason']}")
+        replay = name == "letters.replay"
+        if replay and preview.get("queues"):
+            own = ", ".join(f"{row['queue']}={row['count']}" for row in preview["queues"])
+            fixed = "" if preview["can_change_queue"] else " (they cannot go to another queue)"
+            lines.append(f"  their own queues: {own}{fixed}")
         lines.append(
             f"Confirm with: manage.py act confirm {selection.pk} --reason WHY "
             f"--operator {user.get_username()}"
+            + (" [--to-queue QUEUE]" if replay and preview.get("can_change_queue") else "")
         )
         self.stdout.write("\n".join(cli.terminal_safe(line) for line in lines))
 
@@ -177,6 +186,12 @@ class Command(cli.Command):
             self.stdout.write(f"{action['name']:<24} {action['label']}{bulk}")
 
 
-def _without_hint(exc: actions.ActionError) -> str:
+def _without_hint(exc: actions.ActionError, fields=()) -> str:
+    """The refusal as one line, its hint after it; a queue no one knows yet names the flag
+    that allows one (--allow-unknown for a pause, --allow-unknown-queue for a replay)."""
     hint = getattr(exc, "hint", "")
+    if getattr(exc, "code", "") == "unknown_queue":
+        flag = next((name for name in fields if name.startswith("allow_unknown")), None)
+        if flag:
+            hint = f"(give {_option(flag)} to mean a new one)"
     return f"{exc} {hint}".strip()

@@ -168,6 +168,20 @@ class Command(cli.Command):
                     help="Also replay items past the poison limit (needs the permission).",
                 )
                 act.add_argument(
+                    "--to-queue",
+                    default=None,
+                    metavar="QUEUE",
+                    help="Send the replayed jobs to this queue instead of each letter's own "
+                    "(jobqueue letters only; a queue no worker or setting names needs "
+                    "--allow-unknown-queue).",
+                )
+                act.add_argument(
+                    "--allow-unknown-queue",
+                    action="store_true",
+                    help="Let --to-queue name a queue no worker has taken from and no setting "
+                    "names yet.",
+                )
+                act.add_argument(
                     "--canary",
                     type=CANARY_SIZE,
                     default=None,
@@ -441,12 +455,27 @@ class Command(cli.Command):
             )
         if not ids:
             raise usage_error("Nothing matches.")
+        destination = {
+            "to_queue": opts.get("to_queue"),
+            "allow_unknown_queue": opts.get("allow_unknown_queue", False),
+        }
+        try:
+            to_queue = services.check_destination(
+                destination["to_queue"],
+                ids=ids,
+                using=opts["backend"],
+                action=action,
+                allow_unknown=destination["allow_unknown_queue"],
+            )
+        except services.RefusedError as exc:
+            raise usage_error(str(exc)) from exc
         preview = selectors.preview(
             ids, action=action, allow_poisoned=allow_poisoned, using=opts["backend"]
         )
         self.stdout.write(
-            f"{action}: {preview.total} selected, {preview.will_act} to {action}, "
-            f"{preview.skip_count} skipped; types: "
+            f"{action}: {preview.total} selected, {preview.will_act} to {action}"
+            + (f" to queue {cli.terminal_safe(to_queue)}" if to_queue else "")
+            + f", {preview.skip_count} skipped; types: "
             + ", ".join(f"{t}={n}" for t, n in preview.by_type)
         )
         if preview.previously_replayed:
@@ -474,6 +503,7 @@ class Command(cli.Command):
                     rate=opts.get("rate"),
                     background=False,
                     channel="cli",
+                    **destination,
                     # A discard has none; a replay's default is the setting's.
                     canary_size=(
                         0
@@ -501,8 +531,9 @@ class Command(cli.Command):
         services.carry_out(run.pk, run.generation)
         run = ReplayRun.objects.get(pk=run.pk)
         self.stdout.write(
-            f"run {run.pk} {run.state}: {run.done} {action}ed, {run.skipped} skipped "
-            f"in {run.batches} batch(es)"
+            f"run {run.pk} {run.state}: {run.done} {action}ed"
+            + (f" to queue {cli.terminal_safe(run.to_queue)}" if run.to_queue else "")
+            + f", {run.skipped} skipped in {run.batches} batch(es)"
         )
         if run.canary_size:
             self.stdout.write(

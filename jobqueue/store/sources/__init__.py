@@ -102,6 +102,12 @@ class Source(Protocol):
         """What a replay that made no job of ours produced, from its `Replayed.ref`."""
         ...
 
+    # Optional: a source whose replays are jobs of ours may send them to another queue than
+    # the letter's (an operator's destination, issue 32); it says so with
+    #     replays_to_queue = True
+    # and takes `to_queue` in replay(letters, *, now, using, to_queue=None). The others
+    # (outbox messages, django-q2 tasks, broker messages) replay where they came from.
+    #
     # Optional: a source whose letters may be replayed with an operator's edited payload
     # implements
     #     replay_edited(letter, args, kwargs, *, now, using) -> Replayed | str
@@ -115,6 +121,7 @@ class BaseSource:
     name = ""
     label = ""
     requires: tuple[str, str] | None = None
+    replays_to_queue = False
 
     def discard(self, letters, *, now, using):
         return {letter.pk: None for letter in letters}
@@ -171,6 +178,17 @@ def editable(name: str) -> bool:
         return callable(getattr(get(name), "replay_edited", None))
     except UnknownSource:
         return False
+
+
+def replays_to_queue(source: Source | str) -> bool:
+    """Whether letters of this source (or the source named so) may be replayed to another
+    queue than their own: their source says `replays_to_queue`. False for a source no longer
+    registered."""
+    try:
+        found = get(source) if isinstance(source, str) else source
+    except UnknownSource:
+        return False
+    return getattr(found, "replays_to_queue", False) is True
 
 
 def names() -> list[str]:

@@ -15,10 +15,12 @@ from . import BaseSource, Replayed
 class JobLetters(BaseSource):
     name = "jobqueue"
     label = "jobqueue"
+    replays_to_queue = True
 
-    def replay(self, letters, *, now, using, payloads=None):
+    def replay(self, letters, *, now, using, payloads=None, to_queue=None):
         """`payloads`: {letter id: (args, kwargs)} to replay a letter with instead of its own
-        (an operator's checked edit, `replay_edited`); the letter keeps its own."""
+        (an operator's checked edit, `replay_edited`); the letter keeps its own. `to_queue`:
+        the queue the jobs go to instead of their letters' (checked by the caller)."""
         results: dict[int, Replayed | str] = {}
         payloads = payloads or {}
         keys = {letter.idempotency_key for letter in letters if letter.idempotency_key}
@@ -66,7 +68,7 @@ class JobLetters(BaseSource):
                     # As stored: the letter's payload was checked when its job went in, an
                     # edit by replay_edited.
                     encoded=(dumps(args), dumps(kwargs)),
-                    queue_name=dl.queue_name,
+                    queue_name=to_queue or dl.queue_name,
                     priority=dl.priority,
                     backend=dl.backend,
                     idempotency_key=dl.idempotency_key,
