@@ -8,7 +8,38 @@ from pathlib import Path
 
 import pytest
 
+import tests.properties  # noqa: F401  (the Hypothesis profile, loaded before any test module)
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+TESTS_DIR = Path(__file__).resolve().parent
+
+# The suite runs in parallel (pytest-xdist: -n in pyproject.toml's addopts). Each xdist worker
+# has its own test databases (pytest-django appends its id, gw0, gw1 ..., to their names), and
+# here its own REDRIVE_VAR_DIR, which the processes its tests start inherit; brokers' queue and
+# key names and servers' ports are drawn per test (uuid, port 0) where a test makes them.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if XDIST_WORKER:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["REDRIVE_VAR_DIR"] = tempfile.mkdtemp(prefix=f"redrive-{XDIST_WORKER}-")
+    atexit.register(shutil.rmtree, os.environ["REDRIVE_VAR_DIR"], ignore_errors=True)
+
+# What the PgBouncer pass of .ci/run runs again (`-m engine`): the tests of the code that talks
+# to the database in ways a transaction pooler changes — the store's claims, acks and fails, the
+# worker, the relay, the listener, the chores' leader, the faults. A directory's tests are all
+# of it; a test elsewhere says so with `pytestmark = pytest.mark.engine`. The console's pages and
+# the API's reads go through the same store, and are not run a third time.
+ENGINE_DIRS = {"jobqueue", "outbox", "faults"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.path)).resolve().relative_to(TESTS_DIR).parts
+        if parts and parts[0] in ENGINE_DIRS:
+            item.add_marker(pytest.mark.engine)
 
 # Production refuses to start without a SECRET_KEY (config/secret_key.py) and the tests run with
 # DEBUG off, so they bring a key of their own: in the environment for every process they start
@@ -84,6 +115,24 @@ def django_db_setup(django_db_setup, django_db_blocker):
         with django_db_blocker.unblock():
             connections[SECOND_DATABASE].features.supports_json_field  # noqa: B018
             connections[SECOND_DATABASE].close()
+    listen_on_the_test_database(connections["default"].settings_dict["NAME"])
+
+
+def listen_on_the_test_database(name: str) -> None:
+    """Behind a transaction pooler the wake-up LISTEN goes through REDRIVE["LISTEN_DSN"], a
+    direct connection string (.ci/run's PgBouncer pass gives one): it must name this xdist
+    worker's test database, whatever database the string names, in this process and in the
+    workers its tests start."""
+    from django.conf import settings
+
+    dsn = os.environ.get("REDRIVE_LISTEN_DSN", "")
+    if not dsn or not isinstance(settings.REDRIVE.get("LISTEN_DSN"), str):
+        return
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dsn = make_conninfo(**{**conninfo_to_dict(dsn), "dbname": name})
+    os.environ["REDRIVE_LISTEN_DSN"] = dsn
+    settings.REDRIVE = {**settings.REDRIVE, "LISTEN_DSN": dsn}
 
 
 def database_url(connection) -> str:

@@ -37,6 +37,7 @@ from tests import tasks
 from tests.cli import row_counts, run
 from tests.deadletters.conftest import logged_in, user_with_role
 from tests.factories import DeadLetterFactory, JobFactory
+from tests.properties import examples
 
 MARKER = "zq-hidden-zq"  # what sits under every sensitive name: never in a masked output
 TOO_DEEP = f"deeper than {MAX_JSON_DEPTH} levels"
@@ -305,7 +306,7 @@ REFUSALS = (
     "Exceeds the limit",
 )
 EXAMPLES = settings(
-    max_examples=50 if os.environ.get("CI") else 15,
+    max_examples=examples(50),
     derandomize=bool(os.environ.get("CI")),
     deadline=None,
     suppress_health_check=[

@@ -23,6 +23,7 @@ from deadletters.models import ApiToken
 from jobqueue.models import Schedule, Workflow
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory, ReplayRunFactory
+from tests.properties import examples
 
 from .conftest import api_as
 
@@ -99,7 +100,7 @@ def role_headers(request, seeded):
 @pytest.mark.django_db
 @schema.parametrize()
 @settings(
-    max_examples=3,
+    max_examples=examples(3),
     deadline=None,
     phases=[Phase.generate],
     suppress_health_check=list(HealthCheck),

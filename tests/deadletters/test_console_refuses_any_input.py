@@ -38,6 +38,7 @@ from deadletters.workflows import WorkflowFilterForm
 from jobqueue import store
 from jobqueue.models import MAX_ID, Workflow, WorkflowStep
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
+from tests.properties import examples
 
 from .conftest import user_with_role
 
@@ -346,7 +347,7 @@ def refused(method, response) -> bool:
     return response.status_code != 200  # run-control's HTMX partial is a 200 after a write
 
 
-@settings(FAST, max_examples=200)
+@settings(FAST, max_examples=examples(200))
 @given(request=requests(), data=st.data())
 def test_no_console_request_is_a_server_error_or_writes_when_refused(world, request, data):
     def draw_row(rows):
@@ -370,31 +371,29 @@ def test_no_console_request_is_a_server_error_or_writes_when_refused(world, requ
         assert snapshot() == before, (method, path, query, body, response.status_code)
 
 
-# Some 1,800 requests, each POST between two reads of every table: on PostgreSQL (a round trip
-# per query) over the default five minutes.
-@pytest.mark.timeout(900)
-def test_every_special_value_in_every_parameter_of_every_url(world):
+# Some 1,800 requests over all the URLs, each POST between two reads of every table.
+# One case per URL, so that no one test holds a worker for minutes.
+@pytest.mark.parametrize("url", sorted({**ENDPOINTS, **OUTSIDE}))
+def test_every_special_value_in_every_parameter_of_every_url(world, url):
     """The grid the random tests may miss: each known edge value in every parameter at once,
     followed by an ordinary form's required fields (which win where a field is read once), as
     the admin, who may do everything a URL offers. (GETs are checked for writes above.)"""
     specials = [*SPECIAL_TEXT, *SPECIAL_DAYS, *SPECIAL_INTS, *SPECIAL_CURSORS]
     ordinary = {"action": "replay", "ids": str(world.rows["letter"][0]), "reason": "fixed"}
-    for methods, params, template in {**ENDPOINTS, **OUTSIDE}.values():
-        rows = {key: world.rows[key][0] for key in world.rows}
-        path = template.format(command="pause", **rows)
-        path = path if path.startswith("/") else reverse("deadletters:overview") + path
-        for value, method in ((v, m) for v in specials for m in methods):
-            fields = [(p, value) for p in params] + [
-                (p, v) for p, v in ordinary.items() if p in params
-            ]
-            before = snapshot() if method == "POST" else None
-            try:
-                response = send(world.clients["admin"], method, path, fields, fields, {})
-            except Exception as exc:
-                raise AssertionError(f"{method} {path} with {value[:40]!r}") from exc
-            assert response.status_code < 500
-            if before is not None and refused(method, response):
-                assert snapshot() == before, (method, path, value[:40], response.status_code)
+    methods, params, template = {**ENDPOINTS, **OUTSIDE}[url]
+    rows = {key: world.rows[key][0] for key in world.rows}
+    path = template.format(command="pause", **rows)
+    path = path if path.startswith("/") else reverse("deadletters:overview") + path
+    for value, method in ((v, m) for v in specials for m in methods):
+        fields = [(p, value) for p in params] + [(p, v) for p, v in ordinary.items() if p in params]
+        before = snapshot() if method == "POST" else None
+        try:
+            response = send(world.clients["admin"], method, path, fields, fields, {})
+        except Exception as exc:
+            raise AssertionError(f"{method} {path} with {value[:40]!r}") from exc
+        assert response.status_code < 500
+        if before is not None and refused(method, response):
+            assert snapshot() == before, (method, path, value[:40], response.status_code)
 
 
 def test_every_url_answers_a_method_it_does_not_take_with_405_and_writes_nothing(world):
@@ -411,7 +410,7 @@ def test_every_url_answers_a_method_it_does_not_take_with_405_and_writes_nothing
             assert snapshot() == before, (name, method)
 
 
-@settings(FAST, max_examples=60)
+@settings(FAST, max_examples=examples(60))
 @given(
     scheme=st.sampled_from(["Bearer ", "bearer ", "Basic ", "", "Bearer  "]),
     token=st.one_of(
@@ -428,7 +427,7 @@ def test_metrics_never_fails_on_a_header(world, scheme, token, role):
     assert response.status_code == (200 if let_in else 401)
 
 
-@settings(FAST, max_examples=8)
+@settings(FAST, max_examples=examples(8))
 @given(
     count=st.integers(min_value=900, max_value=3000),
     value=st.one_of(ints, special_ints),
@@ -467,7 +466,7 @@ def hostile_writes(draw):
     }
 
 
-@settings(FAST, max_examples=80)
+@settings(FAST, max_examples=examples(80))
 @given(write=hostile_writes(), data=st.data())
 def test_a_write_with_hostile_fields_writes_exactly_what_was_ticked_or_nothing(world, write, data):
     user = world.users[write["role"]]

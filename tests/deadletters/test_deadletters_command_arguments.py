@@ -18,6 +18,7 @@ from jobqueue.models import DeadLetter
 from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory
+from tests.properties import examples
 
 pytestmark = pytest.mark.django_db
 
@@ -193,7 +194,7 @@ FILTERS = {
     "--source": st.one_of(st.sampled_from(["jobqueue", "outbox", "django_q2", "celery"]), TEXTS),
 }
 HYPOTHESIS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

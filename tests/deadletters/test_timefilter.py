@@ -19,6 +19,7 @@ from jobqueue import store
 from jobqueue.models import AuditEntry, Deploy
 from tests.cli import run
 from tests.factories import DeadLetterFactory, JobFactory
+from tests.properties import examples
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +122,7 @@ def test_what_names_no_time_is_refused_saying_what_is_accepted(text, message):
     assert message in str(refused.value)
 
 
-@hsettings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(300), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=st.one_of(
         st.text(max_size=80),

@@ -139,6 +139,7 @@ def test_claims_are_exclusive_and_bounded_even_off_the_usual_plan(workers):
     assert len({w[0] for w in jobs.values_list("worker_ids", flat=True)}) > 1
 
 
+@pytest.mark.serial  # every other test's database goes away with it
 @pytest.mark.skipif(not shutil.which("pg_ctlcluster"), reason="needs a local Debian cluster")
 def test_postgres_restart_under_load_loses_no_returned_enqueue(workers):
     if not os.environ.get("REDRIVE_FAULTS_RESTART_POSTGRES"):

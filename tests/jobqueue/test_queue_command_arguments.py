@@ -17,6 +17,7 @@ from jobqueue.models import Job, Schedule, Workflow, WorkflowSignal
 from tests.cli import command, row_counts, run
 from tests.conftest import BASE_DIR
 from tests.factories import JobFactory
+from tests.properties import examples
 
 pytestmark = pytest.mark.django_db
 
@@ -310,7 +311,7 @@ def options(spec: dict, positionals=None):
 
 FLAG = st.none()
 HYPOTHESIS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
