@@ -65,16 +65,16 @@ class RedriveTestBackend:
     TASKS entry of these as Redrive's (no `redrive.E001`): test settings that run tasks without
     the queue are deliberate."""
 
-    task_class = Task
+    task_class: type[DjangoTask] = Task
 
     def __init__(self, alias, params):
-        super().__init__(alias, params)  # type: ignore[call-arg]
+        super().__init__(alias, params)
         if not params.get("QUEUES"):
             self.queues: set[str] = set()  # every queue name is valid
 
     def validate_task(self, task):
         validate_before_django(task)
-        super().validate_task(task)  # type: ignore[misc]
+        super().validate_task(task)
         validate_options(task)
 
 
