@@ -19,6 +19,9 @@ class DeadlettersConfig(AppConfig):
         checks.register(deadletters_checks.replay_settings, TAG)
         checks.register(deadletters_checks.console_setup, TAG)
         checks.register(deadletters_checks.triage_settings, TAG)
+        # A URL check, the web process's (as /metrics' is): a worker has no use for the URLconf.
+        checks.register(deadletters_checks.api_extra, checks.Tags.urls)
+        stand_in_for_the_api_without_its_extra()
         # Queue health counts pending dead letters through our trigger-kept counters (jobqueue,
         # which imports nothing from us, would otherwise count the big table); jobqueue asks
         # them to restore their triggers after each migrate.
@@ -33,6 +36,20 @@ class DeadlettersConfig(AppConfig):
         )
         register_sources()
         django_q2_bridge.connect()
+
+
+def stand_in_for_the_api_without_its_extra():
+    """Without django-ninja, `deadletters.api.urls` is deadletters.api_missing (see there):
+    a project that mounts the API loads its URLconf, and the check redrive.E037 names the
+    extra instead of every command stopping on a ModuleNotFoundError."""
+    import sys
+
+    from jobqueue.checks import installed
+
+    from . import api_missing
+
+    if not installed("ninja"):
+        sys.modules.setdefault(api_missing.URLCONF, api_missing)
 
 
 def register_sources():

@@ -235,3 +235,41 @@ def masking_settings() -> list:
             id="redrive.E035",
         )
     ]
+
+
+def api_extra(app_configs=None, **kwargs):
+    """The JSON API mounted (`include("deadletters.api.urls")`) without its extra: the URLconf
+    then holds deadletters.api_missing in its place (deadletters.apps), found here by walking
+    the project's URL resolvers."""
+    from jobqueue.checks import installed
+
+    from . import api_missing
+
+    if installed("ninja") or not _mounted(api_missing):
+        return []
+    return [
+        checks.Error(
+            "The JSON API is mounted (include('deadletters.api.urls')), but django-ninja, its "
+            "extra, is not installed: every request to it answers 503.",
+            hint=f"pip install '{api_missing.EXTRA}', or remove the API's path() from your "
+            "urls.py.",
+            id="redrive.E037",
+        )
+    ]
+
+
+def _mounted(module) -> bool:
+    from django.urls import URLResolver, get_resolver
+
+    def walk(patterns) -> bool:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver) and (
+                pattern.urlconf_module is module or walk(pattern.url_patterns)
+            ):
+                return True
+        return False
+
+    try:
+        return walk(get_resolver().url_patterns)
+    except Exception:  # noqa: BLE001 - a broken urlconf is reported by Django's own checks
+        return False

@@ -166,45 +166,9 @@ class DatabaseBackend(BaseTaskBackend):
         ]
 
     def validate_task(self, task):
-        # Asked before Django's own checks, which meet these with a TypeError or an
-        # AttributeError of their own rather than InvalidTask.
-        if type(task.priority) is not int:  # Django's own check compares it (TypeError)
-            raise InvalidTask(
-                f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
-                f"{TASK_MAX_PRIORITY}."
-            )
-        if task.run_after is not None:
-            if not isinstance(task.run_after, datetime):
-                raise InvalidTask("run_after must be an aware datetime.")
-            try:
-                task.run_after.astimezone(UTC)
-            except (OverflowError, ValueError):
-                raise InvalidTask("run_after is out of the range a database stores.") from None
+        validate_before_django(task)
         super().validate_task(task)
-        if task.max_attempts is not None and task.max_attempts < 1:
-            raise InvalidTask("max_attempts must be at least 1.")
-        if task.timeout is not None and task.timeout <= 0:
-            raise InvalidTask("timeout must be positive.")
-        _validate_unique(task)
-        if getattr(task, "ordering_on_dead", "block") not in ON_DEAD:
-            raise InvalidTask(f"ordering_on_dead is one of {', '.join(ON_DEAD)}.")
-        limit = getattr(task, "concurrency_limit", 1)
-        if type(limit) is not int or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
-            raise InvalidTask(
-                f"concurrency_limit is a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,}."
-            )
-        for name, limit in _MAX_LENGTHS.items():
-            value = getattr(task, name, None)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise InvalidTask(f"{name} must be a string, not {type(value).__name__}.")
-            if len(value) > limit:
-                raise InvalidTask(f"{name} must be at most {limit} characters, not {len(value)}.")
-            if not value.strip():
-                raise InvalidTask(f"{name} must not be empty (or only spaces).")
-            if store.storable_text(value, limit) != value:
-                raise InvalidTask(f"{name} must not contain NUL (\\u0000) or a lone surrogate.")
+        validate_options(task)
 
     def new_job(self, task, args, kwargs, *, validated=False) -> store.NewJob:
         """The row a call will be. Arguments that are not JSON, hold NUL or a lone surrogate
@@ -401,6 +365,52 @@ class EnqueuedResults(Sequence):
 
     def __repr__(self) -> str:
         return repr(list(self))
+
+
+def validate_before_django(task) -> None:
+    """What Django's own validate_task would meet with a TypeError or an AttributeError of
+    its own rather than InvalidTask: asked before it, by every backend of Redrive's task
+    class (DatabaseBackend, jobqueue.testing's)."""
+    if type(task.priority) is not int:  # Django's own check compares it (TypeError)
+        raise InvalidTask(
+            f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}."
+        )
+    if task.run_after is not None:
+        if not isinstance(task.run_after, datetime):
+            raise InvalidTask("run_after must be an aware datetime.")
+        try:
+            task.run_after.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise InvalidTask("run_after is out of the range a database stores.") from None
+
+
+def validate_options(task) -> None:
+    """Redrive's own task options (attempts, timeout, keys, ordering, concurrency), refused
+    with InvalidTask where they are set: at import for `@task(...)`, at `.using(...)`."""
+    if task.max_attempts is not None and task.max_attempts < 1:
+        raise InvalidTask("max_attempts must be at least 1.")
+    if task.timeout is not None and task.timeout <= 0:
+        raise InvalidTask("timeout must be positive.")
+    _validate_unique(task)
+    if getattr(task, "ordering_on_dead", "block") not in ON_DEAD:
+        raise InvalidTask(f"ordering_on_dead is one of {', '.join(ON_DEAD)}.")
+    limit = getattr(task, "concurrency_limit", 1)
+    if type(limit) is not int or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+        raise InvalidTask(
+            f"concurrency_limit is a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,}."
+        )
+    for name, limit in _MAX_LENGTHS.items():
+        value = getattr(task, name, None)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidTask(f"{name} must be a string, not {type(value).__name__}.")
+        if len(value) > limit:
+            raise InvalidTask(f"{name} must be at most {limit} characters, not {len(value)}.")
+        if not value.strip():
+            raise InvalidTask(f"{name} must not be empty (or only spaces).")
+        if store.storable_text(value, limit) != value:
+            raise InvalidTask(f"{name} must not contain NUL (\\u0000) or a lone surrogate.")
 
 
 def _validate_unique(task) -> None:

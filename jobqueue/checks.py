@@ -63,15 +63,32 @@ def _our_backends() -> list[str]:
     return ours
 
 
+def _test_backends() -> list[str]:
+    """TASKS entries of jobqueue.testing's backends (Django's, with Redrive's task class): test
+    settings that run tasks without the queue, on purpose."""
+    from jobqueue.testing import RedriveTestBackend
+
+    found = []
+    for alias, config in getattr(settings, "TASKS", {}).items():
+        try:
+            backend = import_string(config.get("BACKEND", ""))
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, RedriveTestBackend):
+            found.append(alias)
+    return found
+
+
 @checks.register(checks.Tags.compatibility, TAG)
 def check_tasks_backend(app_configs=None, **kwargs):
-    if _our_backends():
+    if _our_backends() or _test_backends():
         return []
     return [
         checks.Error(
             "No TASKS backend is Redrive's, so @task functions never reach the job table and "
             "runworker has nothing to run.",
-            hint=f'TASKS = {{"default": {{"BACKEND": "{BACKEND_PATH}"}}}}',
+            hint=f'TASKS = {{"default": {{"BACKEND": "{BACKEND_PATH}"}}}} (in test settings, '
+            "jobqueue.testing.ImmediateBackend or DummyBackend)",
             id="redrive.E001",
         )
     ]

@@ -1,12 +1,13 @@
 """Record an idempotency key in the caller's transaction, so a repeated job skips its effect."""
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import IntegrityError, transaction
 
 
 @contextmanager
-def once(key: str, *, job_type: str = "", using: str = "default"):
+def once(key: str, *, job_type: str = "", using: str = "default") -> Iterator[bool]:
     """Yield True the first time `key` is seen, False once its work has committed.
 
         with jobqueue.once(f"receipt:{payment_id}") as first:

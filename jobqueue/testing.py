@@ -33,7 +33,7 @@ from django.tasks.backends.dummy import DummyBackend as DjangoDummyBackend
 from django.tasks.backends.immediate import ImmediateBackend as DjangoImmediateBackend
 from django.utils import timezone
 
-from jobqueue.backend import Task
+from jobqueue.backend import Task, validate_before_django, validate_options
 from jobqueue.models import DeadLetter, Job, JobState, Workflow, WorkflowStep
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "Harness",
     "ImmediateBackend",
     "Outcome",
+    "RedriveTestBackend",
     "Run",
     "assert_enqueued",
     "enqueued",
@@ -56,19 +57,36 @@ __all__ = [
 DEFAULT_LIMIT = 1_000
 
 
-class ImmediateBackend(DjangoImmediateBackend):
+class RedriveTestBackend:
+    """What Redrive's test backends add to Django's: Redrive's task class, so a task declared
+    with Redrive's options (`@task(max_attempts=3)`) loads; every queue name valid unless
+    `QUEUES` lists them, as under DatabaseBackend (Django's backends take only "default"
+    otherwise); the options refused as DatabaseBackend refuses them. `manage.py check` counts a
+    TASKS entry of these as Redrive's (no `redrive.E001`): test settings that run tasks without
+    the queue are deliberate."""
+
+    task_class: type[DjangoTask] = Task
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        if not params.get("QUEUES"):
+            self.queues: set[str] = set()  # every queue name is valid
+
+    def validate_task(self, task):
+        validate_before_django(task)
+        super().validate_task(task)
+        validate_options(task)
+
+
+class ImmediateBackend(RedriveTestBackend, DjangoImmediateBackend):
     """Django's ImmediateBackend (a task runs inside `enqueue`) for tasks declared with
     Redrive's options; the options themselves (attempts, keys) are not applied, as Django's
     backend applies none."""
 
-    task_class = Task
 
-
-class DummyBackend(DjangoDummyBackend):
+class DummyBackend(RedriveTestBackend, DjangoDummyBackend):
     """Django's DummyBackend (enqueue keeps the result, nothing runs) for tasks declared with
     Redrive's options: `task_backends[alias].results` lists what was enqueued."""
-
-    task_class = Task
 
 
 class Clock:

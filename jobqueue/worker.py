@@ -401,6 +401,7 @@ class Worker(Loop):
         self.burst = burst or drain is not None
         # A drain: a burst that also waits for what is not due yet (retries, scheduled jobs)
         # until nothing of its queues is left to finish, or `drain` seconds have passed.
+        self.drain = drain
         self.drain_until = None if drain is None else time.monotonic() + drain
         self.max_jobs = max_jobs
         self.lease_seconds = lease_seconds or setting("LEASE_SECONDS")
@@ -512,12 +513,13 @@ class Worker(Loop):
         if connections[self.using].connection is not None:  # already open: configure it now
             self._configure_connection(None, connections[self.using])
         logger.info(
-            "event=worker_started worker=%s queues=%s concurrency=%d lease=%.1fs burst=%s",
+            "event=worker_started worker=%s queues=%s concurrency=%d lease=%.1fs %s",
             self.worker_id,
             ",".join(self.queues or ["*"]),
             self.concurrency,
             self.lease_seconds,
-            self.burst,
+            # Named as the command line names it: a drain is a burst that also waits.
+            f"drain={self.drain:g}s" if self.drain is not None else f"burst={self.burst}",
         )
         self._mark_deploy()
         for n in range(self.concurrency):

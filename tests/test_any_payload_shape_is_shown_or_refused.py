@@ -58,6 +58,9 @@ def people(db):
     return logged_in(viewer), logged_in(chief)
 
 
+AUDITED = ["--reason", "hostile payload", "--operator", "ops"]
+
+
 def workflow_of(job) -> Workflow:
     now = timezone.now()
     return Workflow.objects.create(
@@ -193,6 +196,7 @@ def test_every_door_refuses_a_value_nested_past_the_limit_by_name_and_writes_not
     deep = nested(depth, "x")
     text = "[" * depth + "]" * depth  # what a shell passes, however deep
     workflow = workflow_of(JobFactory(task_path="tests.tasks.add"))
+    user_with_role("operator", "ops")  # the signal command's --operator (it is audited)
     before = row_counts()
     refusals = []
     for call in (
@@ -208,7 +212,7 @@ def test_every_door_refuses_a_value_nested_past_the_limit_by_name_and_writes_not
     for argv in (
         ["enqueue", "tests.tasks.add", "--args", f"[{text}, 1]"],
         ["enqueue", "tests.tasks.add", "--kwargs", f'{{"a": 1, "b": {text}}}'],
-        ["workflows", "signal", str(workflow.pk), "go", "--payload", text],
+        ["workflows", "signal", str(workflow.pk), "go", "--payload", text, *AUDITED],
     ):
         result = run(*argv)
         assert result.refused_cleanly, result

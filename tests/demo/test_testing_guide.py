@@ -1,8 +1,9 @@
 """The examples of docs/testing.md ("Testing your tasks"), run as they are written there: the
-guide shows these functions verbatim (test_the_guide_shows_only_code_run_here checks)."""
+guide shows these functions verbatim, its setup block (imports and the `order` fixture) is this
+module's own, and the guide's blocks alone define every name they use
+(test_the_guide_shows_only_code_run_here, test_the_guides_code_runs_on_its_own_imports)."""
 
-import importlib
-import re
+# --8<-- [start:setup]
 from datetime import timedelta
 
 import pytest
@@ -13,8 +14,6 @@ from demo.services import end_outage, pay, receipt_key, start_outage
 from demo.tasks import send_receipt
 from jobqueue import testing
 from jobqueue.models import JobState
-from tests.conftest import BASE_DIR
-from tests.jobqueue import redrive_options_tasks
 
 
 @pytest.fixture
@@ -22,6 +21,12 @@ def order(db):
     wallet = Wallet.objects.create(owner="ada", balance_cents=1_000)
     document = Document.objects.create(slug="guide", title="The guide", price_cents=250)
     return {"wallet": wallet, "document": document}
+
+
+# --8<-- [end:setup]
+
+import importlib  # noqa: E402 - below the guide's block, which is shown as it is
+import re  # noqa: E402
 
 
 # --8<-- [start:assert]
@@ -93,21 +98,73 @@ class ReceiptTests(TestCase):
 # --8<-- [end:testcase]
 
 
+# --8<-- [start:clock]
+def test_the_clock_moves_when_told(redrive):
+    before = redrive.clock.now  # an attribute: no parentheses
+    redrive.clock.advance(timedelta(minutes=5))
+    assert redrive.clock.now - before >= timedelta(minutes=5)
+    assert redrive.clock() >= redrive.clock.now - timedelta(seconds=1)
+
+
+# --8<-- [end:clock]
+
+
+def guide_blocks() -> list[str]:
+    from tests.conftest import BASE_DIR
+
+    return re.findall(r"```python\n(.*?)```", (BASE_DIR / "docs" / "testing.md").read_text(), re.S)
+
+
 def test_the_guide_shows_only_code_run_here():
-    guide = (BASE_DIR / "docs" / "testing.md").read_text()
+    from tests.conftest import BASE_DIR
+
     here = (BASE_DIR / "tests" / "demo" / "test_testing_guide.py").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
-    assert len(blocks) >= 5
+    blocks = guide_blocks()
+    assert len(blocks) >= 6
     for block in blocks:
         if block.startswith(("# settings", "# pytest")):
             continue  # configuration, not a test: checked by test_the_guides_settings_work
         assert block in here, f"docs/testing.md shows code no test runs:\n{block}"
 
 
+def test_the_guides_code_runs_on_its_own_imports():
+    """Executed as a module of the guide's blocks alone, in their order: its imports run, and
+    every global name a test reads is one the guide defines (or a builtin). A test's arguments
+    are pytest fixtures: `redrive` (Redrive's plugin) and `order` (the guide's), besides
+    pytest-django's `db`."""
+    import ast
+    import builtins
+
+    code = "\n\n".join(b for b in guide_blocks() if not b.startswith(("# settings", "# pytest")))
+    namespace: dict = {"__name__": "testing_guide"}
+    exec(compile(code, "docs/testing.md", "exec"), namespace)  # our own documentation
+    fixtures = {"redrive", "order", "db", "self"}
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        arguments = {a.arg for a in node.args.args}
+        assert arguments <= fixtures, f"{node.name} takes {arguments - fixtures}"
+        names = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+        local = arguments | {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        for name in names:
+            assert name.id in local or name.id in namespace or hasattr(builtins, name.id), (
+                f"docs/testing.md: {node.name} uses {name.id!r}, which no block imports"
+            )
+    assert callable(namespace["order"]) and isinstance(namespace["JobState"].DEAD, str)
+
+
 def test_the_guides_settings_work(settings):
-    guide = (BASE_DIR / "docs" / "testing.md").read_text()
-    (block,) = re.findall(r"```python\n(# settings.*?)```", guide, re.S)
+    from django.core.management import call_command
+
+    from jobqueue import checks
+    from tests.jobqueue import redrive_options_tasks
+
+    (block,) = [b for b in guide_blocks() if b.startswith("# settings")]
     namespace = {}
     exec(block, namespace)  # our own documentation's settings
     settings.TASKS = namespace["TASKS"]
-    assert importlib.reload(redrive_options_tasks).doubled.enqueue(4).return_value == 8
+    module = importlib.reload(redrive_options_tasks)
+    assert module.doubled.enqueue(4).return_value == 8
+    assert module.charge.enqueue(250).return_value == {"charged": 250}  # queue "payments"
+    assert checks.check_tasks_backend() == []
+    call_command("check", fail_level="ERROR")

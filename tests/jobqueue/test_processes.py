@@ -129,8 +129,12 @@ def test_burst_leaves_a_retry_pending_and_drain_waits_for_it(workers):
     burst = workers.run("--burst")
     job = Job.objects.get(pk=result.id)
     assert burst.returncode == 0 and job.state == JobState.READY and job.attempts == 1
+    assert "burst=True" in log_of(burst)
     drained = workers.run("--drain", "60")
     assert drained.returncode == 0, log_of(drained)
+    # The start line names the mode as the command line does (issue 47): a drain, not a burst.
+    started = next(line for line in log_of(drained).splitlines() if "worker_started" in line)
+    assert "drain=60s" in started and "burst=" not in started, started
     job.refresh_from_db()
     assert (job.state, job.attempts, job.return_value) == (JobState.DONE, 2, 1)
 

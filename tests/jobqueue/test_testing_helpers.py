@@ -156,15 +156,52 @@ def test_tasks_with_redrives_options_load_and_run_under_the_test_backends(backen
     from django.tasks import task_backends
 
     with override_settings(TASKS={"default": {"BACKEND": backend}}):
-        # Imported under this backend: a project's tasks module loading with its test settings.
-        doubled = importlib.reload(redrive_options_tasks).doubled
-        result = doubled.using(idempotency_key="once").enqueue(21)
+        # Imported under this backend: a project's tasks module loading with its test settings
+        # (a queue of its own included: Django's backends know only "default" unless told).
+        module = importlib.reload(redrive_options_tasks)
+        result = module.doubled.using(idempotency_key="once").enqueue(21)
         assert result.status == ("SUCCESSFUL" if runs else "READY")
         if runs:
             assert result.return_value == 42
         else:
             assert task_backends["default"].results[0].args == [21]
+        charged = module.charge.enqueue(250)
+        assert charged.task.queue_name == "payments"
+        assert charged.status == ("SUCCESSFUL" if runs else "READY")
         assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("backend", ["ImmediateBackend", "DummyBackend"])
+def test_the_test_backends_pass_the_system_checks(backend):
+    """Test settings naming one of them are Redrive's (no redrive.E001): `manage.py test`
+    runs the checks first and stops on an error."""
+    from django.core.management import call_command
+
+    from jobqueue import checks
+
+    with override_settings(TASKS={"default": {"BACKEND": f"jobqueue.testing.{backend}"}}):
+        assert checks.check_tasks_backend() == []
+        call_command("check", fail_level="ERROR")
+
+
+@pytest.mark.parametrize("backend", ["ImmediateBackend", "DummyBackend"])
+def test_the_test_backends_refuse_redrives_options_as_the_queue_does(backend):
+    """A bad option fails the test settings' import as it fails production's."""
+    from django.tasks.exceptions import InvalidTask
+
+    with override_settings(TASKS={"default": {"BACKEND": f"jobqueue.testing.{backend}"}}):
+        with pytest.raises(InvalidTask, match="max_attempts"):
+            task(max_attempts=0)(redrive_options_tasks.doubled.func)
+        with pytest.raises(InvalidTask, match="ordering_on_dead"):
+            redrive_options_tasks.doubled.using(ordering_key="k", ordering_on_dead="later")
+
+
+def test_queues_named_in_settings_still_bound_the_test_backends():
+    from django.tasks.exceptions import InvalidTask
+
+    only = {"BACKEND": "jobqueue.testing.DummyBackend", "QUEUES": ["default"]}
+    with override_settings(TASKS={"default": only}), pytest.raises(InvalidTask, match="payments"):
+        importlib.reload(redrive_options_tasks)
 
 
 def test_djangos_own_immediate_backend_refuses_redrives_options():

@@ -19,6 +19,20 @@ HUGE = str(2**64)
 SECRET = "hunter2-secret"
 
 
+# Who a signal is sent for and why: the command is audited, as the console's signal is.
+AUDITED = ("--reason", "customer confirmed", "--operator", "ops")
+
+
+@pytest.fixture(autouse=True)
+def ops(transactional_db):
+    from deadletters.roles import assign
+    from tests.factories import UserFactory
+
+    user = UserFactory(username="ops")
+    assign(user, "operator")
+    return user
+
+
 @pytest.fixture
 def sink(tmp_path, monkeypatch):
     monkeypatch.setenv("REDRIVE_TEST_SINK", str(tmp_path / "sink.log"))
@@ -141,12 +155,14 @@ def test_signal_wakes_a_waiting_workflow_and_a_second_one_is_already_sent(sink):
     workflow_id = waiting_workflow()
     before = Job.objects.get(pk=workflow_id).run_after
     assert before > timezone.now() + timedelta(minutes=59)
-    result = run("workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 1}')
+    result = run("workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 1}', *AUDITED)
     assert result.code == 0, result
     assert "delivered; it was waiting for it and runs again now" in result.out
     assert Job.objects.get(pk=workflow_id).run_after <= timezone.now()
 
-    again = run("workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 2}', "--json")
+    again = run(
+        "workflows", "signal", str(workflow_id), "go", "--payload", '{"ok": 2}', "--json", *AUDITED
+    )
     assert again.code == 0, again
     assert json.loads(again.out) | {"sent_at": None} == {
         "workflow": workflow_id,
@@ -167,14 +183,48 @@ def test_signal_wakes_a_waiting_workflow_and_a_second_one_is_already_sent(sink):
 def test_signal_to_a_workflow_not_waiting_for_it_is_kept_for_later(sink):
     done = wf.three_steps.enqueue("k")
     burst()
-    result = run("workflows", "signal", str(done.id), "late")
+    result = run("workflows", "signal", str(done.id), "late", *AUDITED)
     assert result.code == 0 and "the workflow is done: nothing will read it" in result.out
     data = json.loads(
-        run("workflows", "signal", str(done.id), "other", "--payload", "[1]", "--json").out
+        run(
+            "workflows", "signal", str(done.id), "other", "--payload", "[1]", "--json", *AUDITED
+        ).out
     )
     assert (data["delivered"], data["woke"], data["state"]) == (True, False, "done")
     assert WorkflowSignal.objects.filter(workflow_id=done.id).count() == 2
     assert WorkflowSignal.objects.get(name="late").payload == {}  # no --payload: {}
+
+
+def test_signal_is_audited_as_the_consoles_and_refused_without_its_permission(sink):
+    """Issue 47: the command beside the registry writes the registry's entry (workflow.signal,
+    channel cli) through the one audit writer, once per delivered signal; without
+    jobqueue.act_on_job, or without --reason/--operator, nothing is sent or written."""
+    from jobqueue.models import AuditEntry
+    from tests.factories import UserFactory
+
+    workflow_id = waiting_workflow()
+    UserFactory(username="nobody")
+    before = snapshot()
+    lacking = run("workflows", "signal", str(workflow_id), "go", "--reason", "r", "--operator",
+                  "nobody")  # fmt: skip
+    assert lacking.refused_cleanly and "lacks jobqueue.act_on_job" in lacking.err, lacking
+    unsaid = run("workflows", "signal", str(workflow_id), "go")
+    assert unsaid.refused_cleanly and "--reason" in unsaid.err, unsaid
+    assert snapshot() == before and not AuditEntry.objects.exists()
+
+    payload = f'{{"password": "{SECRET}", "plan": "pro"}}'
+    assert (
+        run("workflows", "signal", str(workflow_id), "go", "--payload", payload, *AUDITED).code == 0
+    )
+    assert run("workflows", "signal", str(workflow_id), "go", *AUDITED).code == 0  # already sent
+    (entry,) = AuditEntry.objects.all()
+    assert (entry.action, entry.channel, entry.actor, entry.reason) == (
+        "workflow.signal", "cli", "ops", "customer confirmed"
+    )  # fmt: skip
+    assert (entry.target_kind, entry.targets) == ("workflow", [str(workflow_id)])
+    assert entry.params["event"] == "go"
+    assert entry.params["payload_summary"]["keys"] == ["password", "plan"]
+    assert SECRET not in str(entry.params)  # its shape, never its values
 
 
 @pytest.mark.parametrize(
@@ -209,6 +259,8 @@ def test_signal_to_a_workflow_not_waiting_for_it_is_kept_for_later(sink):
 def test_hostile_arguments_are_refused_cleanly_and_change_nothing(sink, argv, message):
     workflow_id = waiting_workflow()
     argv = [a.replace("{id}", str(workflow_id)) for a in argv]
+    if argv[0] == "signal" and len(argv) > 2:
+        argv += AUDITED
     before = snapshot()
     result = run("workflows", *argv)
     assert result.refused_cleanly, result
@@ -223,7 +275,9 @@ def test_a_workflow_not_begun_is_named_by_show_and_takes_a_signal(sink):
     refused = run("workflows", "show", str(result.id))
     assert refused.refused_cleanly, refused
     assert f"no workflow {result.id} (job {result.id} exists" in refused.err
-    sent = run("workflows", "signal", str(result.id), "go", "--payload", '{"early": true}')
+    sent = run(
+        "workflows", "signal", str(result.id), "go", "--payload", '{"early": true}', *AUDITED
+    )
     assert sent.code == 0, sent
     assert WorkflowSignal.objects.get().payload == {"early": True}
     burst()
@@ -235,8 +289,8 @@ def test_call_command_refusals_are_command_errors_with_status_2(sink):
     for argv in (
         ["show", "nope"],
         ["show", "99999"],
-        ["signal", str(workflow_id), "go", "--payload", "[NaN]"],
-        ["signal", str(workflow_id), ""],
+        ["signal", str(workflow_id), "go", "--payload", "[NaN]", *AUDITED],
+        ["signal", str(workflow_id), "", *AUDITED],
     ):
         with pytest.raises(CommandError) as info:
             call_command("workflows", *argv)

@@ -8,7 +8,9 @@ REDRIVE_OPERATOR_PASSWORD since no one is at a terminal, runworker gets --burst 
 Then a view of the host's own enqueues inside `transaction.atomic()`, a worker runs the job, an
 operator signs in and out and browses every console page under /ops/ and replays a dead letter
 from the command line. All with django-q2, pika and
-prometheus-client absent; then again with `redrive[django-q2]` and the bridge on.
+prometheus-client absent, and then the README's API block pasted without `redrive[api]`:
+`manage.py check` names the extra (redrive.E037); then again with `redrive[django-q2]` and the
+bridge on and `redrive[api]` with the API block, which serves its OpenAPI document.
 """
 
 from __future__ import annotations
@@ -40,6 +42,20 @@ def readme_steps() -> list[tuple[str, str]]:
     section = section[: re.search(r"\n#{2,3} ", section[1:]).start() + 1]
     blocks = re.findall(r"^ *```(\w+)\n(.*?)^ *```", section, flags=re.S | re.M)
     return [(lang, textwrap.dedent(body)) for lang, body in blocks]
+
+
+def readme_api_block() -> str:
+    """The README's block that mounts the JSON API (section "The API"), as written."""
+    text = README.read_text()
+    section = text[text.index("## The API") :]
+    section = section[: section.index("\n## ", 3)]
+    (block,) = re.findall(r"```python\n(# urls\.py\n.*?)```", section, flags=re.S)
+    return block
+
+
+def mount_the_api(project: HostProject) -> None:
+    with (project.root / "hostsite" / "urls.py").open("a") as fh:
+        fh.write("\n" + readme_api_block())
 
 
 def run(*args, cwd=None, env=None, check=True, timeout=300) -> subprocess.CompletedProcess:
@@ -323,10 +339,17 @@ def test_installs_into_a_fresh_project_without_optional_packages(tmp_path, wheel
         )
         assert found.stdout.strip() == "True", f"{module} is installed in the host's venv"
     apply_and_use(project, readme_steps())
+    # The README's API block, pasted without its extra: the check names it (not a traceback).
+    mount_the_api(project)
+    refused = project.manage("check", check=False)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "redrive.E037" in refused.stderr and "redrive[api]" in refused.stderr, refused.stderr
+    assert "ModuleNotFoundError" not in refused.stderr, refused.stderr
 
 
 def test_installs_with_the_django_q2_extra_and_the_bridge_on(tmp_path, wheel, server_database):
-    project = make_host_project(tmp_path, wheel, server_database, extras="django-q2")
+    project = make_host_project(tmp_path, wheel, server_database, extras="django-q2,api")
+    mount_the_api(project)  # the README's API block, as written, with its extra installed
     with (project.root / "hostsite" / "settings.py").open("a") as fh:
         fh.write(
             "\nINSTALLED_APPS += ['django_q']\n"
@@ -345,6 +368,13 @@ def test_installs_with_the_django_q2_extra_and_the_bridge_on(tmp_path, wheel, se
         "r = c.get('/ops/list/', {'source': 'django_q2'}); print('status', r.status_code)\n"
     )
     assert "status 200" in listing
+    schema = project.shell(
+        "from django.test import Client\n"
+        "from django.test.utils import setup_test_environment\n"
+        "setup_test_environment()\n"
+        "r = Client().get('/api/openapi.json'); print('api', r.status_code, r.json()['openapi'])\n"
+    )
+    assert "api 200 3.1" in schema, schema
 
 
 def test_the_wheel_holds_the_two_apps_and_nothing_of_the_example(wheel):

@@ -5,6 +5,13 @@ the only masking helper (deadletters.redaction) belongs to the console, which th
 imports: `show` prints a result's shape (type, keys, size) and the values only with --results.
 A dead workflow is replayed through its dead letter (`manage.py deadletters replay`), which
 resumes it at the step it died at; this command has no replay of its own.
+
+`signal` is an operator's action, as the console's and the API's signal (the registry's
+`workflow.signal`) are: `--reason` and `--operator` (who needs jobqueue.act_on_job, the
+console's permission for it), and a delivered signal is one entry of the audit log, channel
+`cli`, written by the one writer (jobqueue.store.audit) in the signal's transaction. The entry
+keeps the payload's shape (`payload_summary`: type, keys, size), not its values, for want of
+the console's masking.
 """
 
 from django.db import DataError, transaction
@@ -25,6 +32,8 @@ from jobqueue.models import (
 )
 
 WORKFLOW_ID = cli.integer(1, MAX_ID, "a workflow id")
+# The console's permission for a workflow's signal (deadletters.roles.ACT_ON_JOB).
+PERMISSION = "jobqueue.act_on_job"
 LIST_FIELDS = [
     "id",
     "task_path",
@@ -66,12 +75,7 @@ class Command(cli.Command):
             "without it only their type, keys and size.",
         )
 
-        # No --reason/--operator here, unlike `schedules pause|resume|run` and `queues
-        # pause|resume`: those repair the queue, with a permission and an audit row. A signal
-        # is an application event, the call `jobqueue.workflows.signal` that application code
-        # makes with no actor; like `enqueue` (which adds work without an audit either) this
-        # command is a shell for that call. Its record is the signal row itself (one per name,
-        # with when it was sent), and what it starts is the workflow's own next step.
+        # An operator's action, audited as the console's and the API's signal is: who, why.
         signal = sub.add_parser(
             "signal",
             help="Send an event to a workflow: its wait_for(EVENT) returns the payload (once).",
@@ -82,6 +86,7 @@ class Command(cli.Command):
             "--payload", default=None, help="What wait_for returns, as JSON (default {})."
         )
         signal.add_argument("--json", action="store_true", help="The outcome as one JSON object.")
+        cli.add_audit_arguments(signal, PERMISSION)
 
     def handle(self, *args, **opts):
         return getattr(self, f"do_{opts['command']}")(opts)
@@ -218,11 +223,25 @@ class Command(cli.Command):
                 raise cli.usage_error(str(exc)) from None
             except ValueError as exc:  # JSONDecodeError, an int too long to read
                 raise cli.usage_error(f"--payload is not valid JSON: {exc}") from None
+        operator = cli.operator(opts["operator"], PERMISSION).get_username()
         try:
             # One transaction: the workflow row `signal` locks is read here before it commits,
             # so what is printed is the state the signal met, not one a worker made after.
             with transaction.atomic():
                 delivered = workflows.signal(workflow_id, event, payload)
+                if delivered:  # as the registry's: a signal already sent changes nothing
+                    store.audit.record(
+                        "workflow.signal",
+                        actor=operator,
+                        channel="cli",
+                        target_kind="workflow",
+                        targets=[workflow_id],
+                        reason=opts["reason"],
+                        params={
+                            "event": event,
+                            "payload_summary": summary({} if payload is None else payload),
+                        },
+                    )
                 state, waiting_for = Workflow.objects.values_list("state", "waiting_for").get(
                     pk=workflow_id
                 )
