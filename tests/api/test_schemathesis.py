@@ -9,7 +9,7 @@ import pytest
 import schemathesis
 from django.core import signals
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
@@ -24,7 +24,7 @@ from jobqueue.models import Schedule, Workflow
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory, ReplayRunFactory
 
-from .conftest import api_as
+from .conftest import api_as, rows_written
 
 # What the document promises; not whether any input the document allows is accepted (the
 # forms refuse more than the document's types say, with a 400 naming the field).
@@ -36,21 +36,6 @@ CHECKS = [
 ]
 
 schema = schemathesis.openapi.from_wsgi("/api/openapi.json", get_wsgi_application())
-
-
-def rows_written() -> int:
-    """Rows inserted, updated or deleted so far by this test's connection (SQLite: since it
-    opened; PostgreSQL: in this transaction, which the test is), triggers' writes included:
-    one cheap query, so every case is checked."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("SELECT total_changes()")
-        else:
-            cursor.execute(
-                "SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0)"
-                " FROM pg_stat_xact_user_tables"
-            )
-        return int(cursor.fetchone()[0])
 
 
 @pytest.fixture
