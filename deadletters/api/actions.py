@@ -92,6 +92,8 @@ def form_data(request) -> dict:
 def _text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # 7.0 is JSON's 7, as the form reads "7"
     return str(value)
 
 

@@ -104,10 +104,10 @@ def field_schema(name: str, field: forms.Field) -> dict:
         return {"type": "integer", "minimum": 1, "maximum": MAX_ID} | described
     if isinstance(field, forms.BooleanField):
         return {"type": "boolean"} | described
+    if isinstance(field, forms.FloatField):  # before IntegerField, its base class
+        return _range(field, {"type": "number"}) | described
     if isinstance(field, forms.IntegerField):
         return _range(field, {"type": "integer"}) | described
-    if isinstance(field, forms.FloatField):
-        return _range(field, {"type": "number"}) | described
     if isinstance(field, forms.ChoiceField):
         return {"type": "string", "enum": _choices(field)} | described
     schema: dict = {"type": "string"}
@@ -156,7 +156,11 @@ def parameters(fields: Fields) -> list[dict]:
 
 _TYPES = {
     "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    # JSON's integers: 7 and 7.0 (a number without a fraction) alike, as JSON Schema says.
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list),

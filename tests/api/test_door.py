@@ -13,7 +13,7 @@ from deadletters import actions
 from deadletters.api.door import MAX_BODY_DEPTH, max_body_bytes
 from deadletters.models import ApiToken, Selection
 from jobqueue.models import AuditEntry, Job
-from tests.factories import DeadLetterFactory, JobFactory, SelectionFactory
+from tests.factories import TWO_BACKENDS, DeadLetterFactory, JobFactory, SelectionFactory
 
 from .conftest import rows_written
 
@@ -275,3 +275,51 @@ def test_any_body_size_is_answered_in_json(operator_api, size):
         refusal(response, 413, "body_too_large")
     else:
         assert response.status_code in ANSWERED
+
+
+# --- the document says what the door and the forms take ---------------------------------------
+
+
+def document(client_api):
+    return client_api.client.get("/api/openapi.json").json()
+
+
+def body_of(doc, path):
+    return doc["paths"][f"/api/{path}"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
+
+
+def test_the_document_says_choices_lengths_and_patterns(viewer_api):
+    doc = document(viewer_api)
+    replay = body_of(doc, "actions/letters.replay")
+    assert replay["additionalProperties"] is False
+    props = replay["properties"]
+    assert props["backend"]["enum"] == ["default", "", None]
+    assert props["select_all"]["enum"] == ["1", "", None]
+    assert props["fingerprint"]["pattern"] == "^[0-9a-f]{16}$"
+    assert props["ids"]["items"] == {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+    assert props["job_type"]["maxLength"] == 255
+    confirm = body_of(doc, "selections/{pk}/confirm")
+    assert confirm["required"] == ["reason"]
+    reason = confirm["properties"]["reason"]
+    assert (reason["type"], reason["minLength"], reason["maxLength"]) == ("string", 1, 2000)
+    assert confirm["properties"]["rate"]["type"] == ["number", "null"]
+    assert confirm["properties"]["canary_max_dead_share"]["maximum"] == 1
+    assert body_of(doc, "actions/letter.reveal")["properties"]["for_edit"]["type"] == [
+        "boolean",
+        "null",
+    ]
+    params = {p["name"]: p["schema"] for p in doc["paths"]["/api/letters"]["get"]["parameters"]}
+    assert params["after"]["pattern"] == params["before"]["pattern"]
+    assert params["after"]["pattern"].startswith("^")
+    assert params["state"]["enum"][:1] == [""]
+    workflows = doc["paths"]["/api/workflows"]["get"]["parameters"]
+    assert {p["name"] for p in workflows} == {"state", "after", "before"}
+    assert "413" in doc["paths"]["/api/actions/queue.pause"]["post"]["responses"]
+
+
+def test_the_documents_backend_choices_are_the_settings_now(viewer_api, settings):
+    settings.TASKS = TWO_BACKENDS
+    props = body_of(document(viewer_api), "actions/letters.replay")["properties"]
+    assert props["backend"]["enum"] == ["default", "b", "", None]
