@@ -462,6 +462,7 @@ def _queue_change(verb: str):
     def carry_out(actor: Actor, cleaned) -> Outcome:
         queue = cleaned["queue"]
         try:
+            queue = store.queues.checked_name(queue)  # as the store names it (NFC)
             changed = services.control_queue(
                 verb,
                 queue,
