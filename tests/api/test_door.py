@@ -234,6 +234,28 @@ def test_any_json_body_is_answered_never_a_500(admin_api, name, body):
         assert rows_written() == before, (name, body, response.status_code)
 
 
+READS = ["letters", "letters/causes", "jobs", "runs", "workflows", "audit", "queues", "health"]
+
+
+@FAST
+@given(
+    path=st.sampled_from(READS),
+    params=st.dictionaries(
+        st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=12),
+        st.text(st.characters(codec="utf-8"), max_size=12),
+        max_size=3,
+    ),
+)
+def test_any_query_is_answered_and_an_unknown_parameter_refused(viewer_api, path, params):
+    from deadletters.api import reads
+
+    response = viewer_api.get(path, **params)
+    assert response.status_code in (200, 400), (path, params, response.content)
+    door = {"letters": reads.letter_list, "jobs": reads.job_list}.get(path)
+    if door is not None and any(name not in door.door.query for name in params):
+        assert response.json()["code"] == "unknown_parameters"
+
+
 @FAST
 @given(name=st.sampled_from(ACTIONS), stray=st.text(min_size=1, max_size=20))
 def test_any_unknown_field_is_422(admin_api, name, stray):

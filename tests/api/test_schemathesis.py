@@ -1,7 +1,7 @@
 """Schemathesis against the served OpenAPI document, as anonymous and as a viewer's, an
 operator's and an admin's token: no 5xx, every response as the document says (status, content
-type, body), and a refused request (4xx) changes no row. Bounded: a few examples per operation,
-a few seconds per role."""
+type, body), input the document allows let through and input it refuses refused, and a refused
+request (4xx) changes no row. Bounded: a few examples per operation, a few seconds per role."""
 
 from datetime import timedelta
 
@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
@@ -27,16 +28,18 @@ from tests.factories import DeadLetterFactory, JobFactory, ReplayRunFactory
 
 from .conftest import api_as, rows_written
 
-# What the document promises, and that the door lets through whatever the document allows:
-# input the document allows is never refused as malformed (422 unknown_fields, invalid_field;
-# 413), only by the forms' own judgement of it (400: no such letter's backend, a queue name's
-# rules, a time bound the document can only describe), by state (409) or by permission.
+# What the document promises, and that the door keeps to it both ways: input the document
+# allows (positive cases) is never refused as malformed (422 unknown_fields, invalid_field;
+# 413), only by the forms' own judgement of it (400: a queue name's rules, a time bound the
+# document can only describe), by state (409) or by permission; input it does not allow
+# (negative cases) is refused.
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
     positive_data_acceptance,
+    negative_data_rejection,
 ]
 
 schema = schemathesis.openapi.from_wsgi("/api/openapi.json", get_wsgi_application())
