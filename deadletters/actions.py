@@ -167,6 +167,9 @@ class Action:
     # Offered by the JSON API too. Not for making tokens: a leaked token must not mint others
     # that outlive its revocation.
     api: bool = True
+    # Its answer shows what is otherwise masked or secret (a reveal, a new token's text):
+    # every channel's answer is kept by no cache (Cache-Control: no-store).
+    reveals: bool = False
 
     @property
     def bulk(self) -> bool:
@@ -308,14 +311,21 @@ def confirm(selection_id, *, user, channel: str, data=None, token: str = "") -> 
             raise Conflict(str(exc), code=exc.code) from None
 
 
+# What a selection's recorded filter holds besides its filters.
+NOT_FILTERS = ("order", "payload_search")
+
+
 def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
     """A frozen selection as its preview shows it: how many, what they are, a sample."""
+    recorded = selection.filter if isinstance(selection.filter, dict) else {}
     base = {
         "selection": selection.pk,
         "action": action_of(selection).name,
         "count": len(selection.ids),
         "backend": databases.of_database(selection.database).name,
         "confirmed": bool(getattr(selection, "run", None) or selection.applied_at),
+        # How they were chosen: the filters applied ({} for ticked ids).
+        "filters": {k: v for k, v in recorded.items() if k not in NOT_FILTERS and v},
     }
     if selection.kind == Selection.Kind.LETTERS:
         preview = selectors.preview(
@@ -330,7 +340,10 @@ def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
             "skipped": [{"reason": why, "count": n} for why, n in preview.skipped],
             "previously_replayed": preview.previously_replayed,
             "poisoned": preview.poisoned,
-            "queues": [{"queue": queue, "count": n} for queue, n in preview.queues],
+            "queues": [
+                {"queue": queue, "count": n, "paused": queue in preview.paused}
+                for queue, n in preview.queues
+            ],
             "can_change_queue": not preview.fixed_queue,
             "sample": selection.ids[:20],
         }
@@ -449,6 +462,7 @@ def _queue_change(verb: str):
     def carry_out(actor: Actor, cleaned) -> Outcome:
         queue = cleaned["queue"]
         try:
+            queue = store.queues.checked_name(queue)  # as the store names it (NFC)
             changed = services.control_queue(
                 verb,
                 queue,
@@ -695,14 +709,45 @@ def _start_run(actor: Actor, cleaned, selection: Selection) -> Outcome:
     )
     awaiting = run.state == RunState.AWAITING
     where = f", to queue {run.to_queue}" if run.to_queue else ""
-    return Outcome(
-        True,
+    message = (
         f"Run #{run.pk}{where} is awaiting a second person's approval."
         if awaiting
-        else f"Run #{run.pk}{where} has started.",
-        {"run": run.pk, "state": run.state, **({"to_queue": run.to_queue} if run.to_queue else {})},
-        run,
+        else f"Run #{run.pk}{where} has started."
     )
+    data = {"run": run.pk, "state": run.state}
+    if run.to_queue:
+        data["to_queue"] = run.to_queue
+    if selection.action == LetterAction.REPLAY:
+        paused = _paused_destinations(selection, run.to_queue)
+        data["paused_queues"] = paused
+        if paused:
+            names, several = ", ".join(paused), len(paused) > 1
+            message += (
+                f" Queue{'s' if several else ''} {names} {'are' if several else 'is'} paused: "
+                f"the replayed jobs wait there until {'they are' if several else 'it is'} "
+                "resumed."
+            )
+    return Outcome(True, message, data, run)
+
+
+def _paused_destinations(selection: Selection, to_queue: str) -> list[str]:
+    """The paused queues a replay of `selection` sends jobs to: its destination, else the
+    letters' own queues (a replay there is allowed, and said)."""
+    paused = store.queues.paused(selection.database)
+    if not paused:
+        return []
+    if to_queue:
+        return [to_queue] if to_queue in paused else []
+    found = set()
+    for chunk in selectors.in_chunks(selection.ids):
+        found.update(
+            DeadLetter.objects.using(selection.database)
+            .filter(pk__in=chunk, queue_name__in=list(paused))
+            .order_by()
+            .values_list("queue_name", flat=True)
+            .distinct()
+        )
+    return sorted(found)
 
 
 for _verb, _label in ((LetterAction.REPLAY, "Replay"), (LetterAction.DISCARD, "Discard")):
@@ -794,6 +839,7 @@ register(
         (redaction.REVEAL_PERMISSION,),
         RevealForm,
         _reveal,
+        reveals=True,
     )
 )
 register(
@@ -1108,6 +1154,7 @@ register(
         TokenForm,
         _token_create,
         api=False,
+        reveals=True,
     )
 )
 register(

@@ -16,8 +16,10 @@ page costs what the first one does.
 
 Payloads are always masked (deadletters/redaction.py): seeing them unmasked takes an audited
 reveal of one letter at a time, which an export of thousands does not make. CSV cells that a
-spreadsheet would read as a formula (starting with = + - @, tab or carriage return) get a
-leading apostrophe; JSON Lines are data for programs and are written as they are.
+spreadsheet would read as a formula (starting with = + - @ |, tab or carriage return, or their
+fullwidth forms U+FF1D, U+FF0B, U+FF0D, U+FF20, U+FF5C) get a leading apostrophe, in the one
+CSV writer every export uses (`_csv_text`, through `safe_cell`); JSON Lines are data for
+programs and are written as they are.
 
 The audit log exports itself the same way (`export_audit`: the Audit page's filter, its entries
 before the export's own entry, audit.export, their parameters masked as the page shows them).
@@ -69,8 +71,22 @@ FIELDS = (
 COLUMNS = tuple({"queue": "queue_name"}.get(name, name) for name in FIELDS)
 # Letters per keyset read, and per chunk of the stream.
 PAGE = 500
-# What a spreadsheet takes for the start of a formula (OWASP's list for CSV injection).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# What a spreadsheet takes for the start of a formula: OWASP's list for CSV injection, the pipe
+# (a DDE call in some), and their fullwidth forms, which some spreadsheets read as the ASCII ones.
+FORMULA_STARTS = (
+    "=",
+    "+",
+    "-",
+    "@",
+    "\t",
+    "\r",
+    "|",
+    "\uff1d",
+    "\uff0b",
+    "\uff0d",
+    "\uff20",
+    "\uff5c",
+)
 
 
 ACTION = "letters.export"  # the audit log's action of an export
@@ -184,13 +200,14 @@ def _csv_page(page: list[dict]) -> str:
         record = _record(row)
         for key in ("args", "kwargs"):
             record[key] = json.dumps(record[key], ensure_ascii=False, sort_keys=True)
-        rows.append([safe_cell(record[field]) for field in FIELDS])
+        rows.append([record[field] for field in FIELDS])
     return _csv_text(rows)
 
 
 def _csv_text(rows) -> str:
+    """The one writer of every CSV export: each cell through safe_cell."""
     buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
+    csv.writer(buffer).writerows([safe_cell(cell) for cell in row] for row in rows)
     return buffer.getvalue()
 
 
@@ -281,11 +298,9 @@ def _audit_stream(record: Export, f: selectors.AuditFilter, operator) -> Iterato
                 _csv_text(
                     [
                         [
-                            safe_cell(
-                                value
-                                if isinstance(value, str | int) or value is None
-                                else json.dumps(value, ensure_ascii=False, sort_keys=True)
-                            )
+                            value
+                            if isinstance(value, str | int) or value is None
+                            else json.dumps(value, ensure_ascii=False, sort_keys=True)
                             for value in row.values()
                         ]
                         for row in rows

@@ -53,6 +53,11 @@ class Keyset:
         except OverflowError:
             return None
 
+    @property
+    def pattern(self) -> str:
+        """The cursors' form as a regular expression (the API's document says it)."""
+        return "^" + (_ID if self.time is None else _TIMED).pattern + "$"
+
     def order(self, *, newest: bool) -> list[str]:
         keys = ["id"] if self.time is None else [self.time, "id"]
         return [f"-{k}" for k in keys] if newest else keys

@@ -496,6 +496,9 @@ class Preview:
     # queue (their source replays where they came from: services.check_destination).
     queues: list[tuple[str, int]] = field(default_factory=list)
     fixed_queue: int = 0
+    # The paused queues of the database, by name, with who paused them: a replay to one is
+    # allowed (its jobs wait until it is resumed), and said.
+    paused: dict[str, str] = field(default_factory=dict)
 
     @property
     def skip_count(self):
@@ -555,6 +558,8 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
     result.skipped = skipped.most_common()
     result.queues = queues.most_common()
     result.fixed_queue = sum(n for name, n in fixed.items() if not sources.replays_to_queue(name))
+    if action == Action.REPLAY:
+        result.paused = {name: p.paused_by for name, p in store.queues.paused(using).items()}
     first = ids[:PREVIEW_SAMPLE]
     rows = DeadLetter.objects.using(using).filter(pk__in=first).only(*SAMPLED).in_bulk()
     result.sample = [rows[pk] for pk in first if pk in rows]

@@ -20,30 +20,26 @@ import json
 from collections import Counter
 from typing import Any
 
-from django import forms
 from django.http import StreamingHttpResponse
+from django.utils.cache import patch_cache_control
 from ninja import Router, Schema
 
 from jobqueue.models import DeadLetter
 
 from .. import actions, exports, selectors
-from ..forms import IdField, IdListField, TimeBoundField
 from ..models import Selection
-from ..timefilter import ACCEPTED
 from . import idempotency
-from .core import API, REFUSALS, Error, Refused, api, missing
+from .core import API, BODY_REFUSALS, REFUSALS, Error, Refused, api, missing
+from .door import JSON_FIELDS, Door, refuse_unknown_fields, route
 
 router = Router(tags=["actions"])
-
-# Fields whose text the form parses as JSON: the API takes the JSON value itself too.
-JSON_FIELDS = {"args", "kwargs", "payload"}
 
 
 class Problem(Error):
     errors: dict[str, list[str]] | None = None
 
 
-ANSWERS = {**REFUSALS, 400: Problem, 404: Error, 409: Error, 422: Error}
+ANSWERS = {**BODY_REFUSALS, 400: Problem, 404: Error, 409: Error}
 
 
 class Done(Schema):
@@ -63,12 +59,15 @@ class Frozen(Schema):
     confirmed: bool
     will_act: int
     sample: list[int]
+    # The filters that chose it (a field each, as applied); {} for ticked ids.
+    filters: dict[str, Any]
     by_type: list[dict[str, Any]] | None = None
     by_cause: list[dict[str, Any]] | None = None
     skipped: list[dict[str, Any]] | None = None
     previously_replayed: int | None = None
     poisoned: int | None = None
-    # A letters selection's own queues, and whether a replay of it may go to another (to_queue).
+    # A letters selection's own queues (each: queue, count, paused: a replay there waits until
+    # it is resumed), and whether a replay of it may go to another (to_queue).
     queues: list[dict[str, Any]] | None = None
     can_change_queue: bool | None = None
 
@@ -76,65 +75,16 @@ class Frozen(Schema):
 # --- the request body of each action, from its form -------------------------------------------
 
 
-def field_schema(name: str, field: forms.Field) -> dict:
-    described = {}
-    if field.help_text:
-        described["description"] = str(field.help_text)
-    if name in JSON_FIELDS:
-        return described  # any JSON value, or its text
-    if isinstance(field, IdListField):
-        return {"type": "array", "items": {"type": "integer", "minimum": 1}} | described
-    if isinstance(field, IdField):
-        return {"type": "integer", "minimum": 1} | described
-    if isinstance(field, forms.BooleanField):
-        return {"type": "boolean"} | described
-    if isinstance(field, forms.IntegerField):
-        return {"type": "integer"} | described
-    if isinstance(field, forms.FloatField):
-        return {"type": "number"} | described
-    if isinstance(field, TimeBoundField):
-        return {"type": "string", "maxLength": field.max_length, "description": ACCEPTED}
-    schema = {"type": "string"}
-    if getattr(field, "max_length", None):
-        schema["maxLength"] = field.max_length
-    return schema | described
-
-
-def body_schema(fields: dict[str, forms.Field]) -> dict:
-    return {
-        "type": "object",
-        "properties": {name: field_schema(name, f) for name, f in fields.items()},
-        "required": sorted(name for name, f in fields.items() if f.required),
-    }
-
-
-def request_body(fields) -> dict:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": body_schema(fields)}},
-        }
-    }
-
-
 def form_data(request) -> dict:
-    """The JSON body as a form's data: an object; a JSON field's value as its JSON text; nulls
-    left out (a field not given)."""
-    try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise Refused(400, "Invalid request: the body is not JSON.") from None
-    if not isinstance(body, dict):
-        raise Refused(400, "Invalid request: the body is a JSON object of the action's fields.")
+    """The body the door let through (deadletters.api.door) as a form's data: a JSON field's
+    value as its JSON text, every other value as the text a browser's form sends (each field
+    parses it the console's way); nulls left out (a field not given)."""
     data = {}
-    for name, value in body.items():
+    for name, value in request.redrive_body.items():
         if value is None:
             continue
         if name in JSON_FIELDS and not isinstance(value, str):
             value = json.dumps(value)
-        elif isinstance(value, dict) or (isinstance(value, list) and name != "ids"):
-            raise Refused(400, f"Nothing changed: {name}: a single value is expected.")
-        # As text, as a browser's form sends it: each field parses it the console's way.
         data[name] = [_text(v) for v in value] if isinstance(value, list) else _text(value)
     return data
 
@@ -142,8 +92,8 @@ def form_data(request) -> dict:
 def _text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # 7.0 is JSON's 7, as the form reads "7"
     return str(value)
 
 
@@ -224,8 +174,6 @@ def _endpoint(action: actions.Action):
 
     def carry_out(request):
         user = request.auth.user
-        # The permission before the body: a refusal names what is missing, whatever was sent.
-        answered(lambda: actions.check(name, user))
         data = form_data(request)
         if action.bulk:
 
@@ -241,6 +189,8 @@ def _endpoint(action: actions.Action):
 
         elif name == "letters.export":
             return _export(request, user, data)
+        elif action.reveals:
+            return _revealed(request, user, name, data)
         else:
 
             def handler():
@@ -259,18 +209,24 @@ def _endpoint(action: actions.Action):
         if action.bulk
         else ""
     )
-    fields = dict(action.select_form.base_fields) if action.bulk else action.form.base_fields
-    extra = request_body(fields)
     answers = {201: Frozen, **ANSWERS} if action.bulk else {200: Done, **ANSWERS}
+    extra = {}
     if name == "letters.export":  # a file, not JSON
         del answers[200]
         types = {kind: {"schema": {"type": "string"}} for kind in exports.CONTENT_TYPES.values()}
         extra["responses"] = {"200": {"description": "The export's file.", "content": types}}
-    router.post(
+
+    def permitted(request):
+        # The permission before the body: a refusal names what is missing, whatever was sent.
+        answered(lambda: actions.check(name, request.auth.user))
+
+    fields = dict(action.select_form.base_fields) if action.bulk else action.form.base_fields
+    route(
+        router.post,
         f"/actions/{name}",
+        door=Door(body=dict(fields), before=permitted, extra=extra),
         response=answers,
         summary=action.label + " (" + name + ")",
-        openapi_extra=extra,
         operation_id="act_" + name.replace(".", "_"),
     )(carry_out)
 
@@ -283,6 +239,19 @@ def _idempotent(request, handler):
     response = api.create_response(request, body, status=status)
     if replayed:
         response["Idempotent-Replayed"] = "true"
+    return response
+
+
+def _revealed(request, user, name, data):
+    """An answer with unmasked values: kept by no cache (no-store) and by no Idempotency-Key
+    (its answer would keep them for a day); it changes nothing but its audit record, so a
+    retry reveals again, recorded again."""
+    found = answered(
+        lambda: actions.perform(name, user=user, channel=API, data=data, token=_token(request))
+    )
+    status, body = found if isinstance(found, tuple) else _outcome_answer(found)
+    response = api.create_response(request, body, status=status)
+    patch_cache_control(response, no_store=True, private=True)
     return response
 
 
@@ -318,22 +287,30 @@ def _selection(request, pk: str) -> Selection:
 
 @router.get("/selections/{pk}", response={200: Frozen, **ANSWERS}, summary="A frozen selection")
 def selection_detail(request, pk: str):
-    """A frozen selection's preview again: how many, by type and cause, a sample; yours only."""
+    """A frozen selection's preview again: how many, by type and cause, a sample, the filters
+    it applied; yours only."""
     return preview(_selection(request, pk))
 
 
-@router.post(
+# The confirm step's fields of every bulk action: the document's body; each selection takes
+# those of its own action (a replay's pace and destination are refused for jobs).
+CONFIRM_FIELDS = {
+    name: field
+    for a in actions.REGISTRY.values()
+    if a.bulk
+    for name, field in a.form.base_fields.items()
+}
+
+
+@route(
+    router.post,
     "/selections/{pk}/confirm",
+    door=Door(
+        body=CONFIRM_FIELDS,
+        description="A letters selection takes every field; a jobs selection the reason only.",
+    ),
     response={200: Done, **ANSWERS},
     summary="Confirm a frozen selection",
-    openapi_extra=request_body(
-        {
-            name: field
-            for a in actions.REGISTRY.values()
-            if a.bulk
-            for name, field in a.form.base_fields.items()
-        }
-    ),
 )
 def selection_confirm(request, pk: str):
     """Carry out a frozen selection (the second call of a bulk action) with the confirm step's
@@ -341,6 +318,7 @@ def selection_confirm(request, pk: str):
     to (to_queue; allow_unknown_queue for one no worker or setting names: 409 unknown_queue
     otherwise; 409 cannot_change_queue for letters that replay only where they came from)."""
     selection = _selection(request, pk)
+    refuse_unknown_fields(request.redrive_body, actions.action_of(selection).form.base_fields)
     data = form_data(request)
 
     def handler():

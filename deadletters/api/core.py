@@ -9,6 +9,8 @@ a `"code"` naming it where a script may act on it (409 unknown_queue, cannot_cha
 
 from __future__ import annotations
 
+import inspect
+
 from django.db import connections, transaction
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError
@@ -32,6 +34,8 @@ class Error(Schema):
 
 # Every endpoint may answer these besides its own result.
 REFUSALS = {400: Error, 401: Error, 403: Error}
+# And every one that reads a body these (deadletters.api.door).
+BODY_REFUSALS = {**REFUSALS, 413: Error, 422: Error}
 
 
 class Refused(HttpError):
@@ -88,7 +92,21 @@ class BearerToken(HttpBearer):
         return found
 
 
-api = NinjaAPI(
+class Api(NinjaAPI):
+    """The API, its OpenAPI document made when asked: each endpoint's input as its door says
+    now (deadletters.api.door; a backend's choices are the settings')."""
+
+    def get_openapi_schema(self, **kwargs):
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    door = getattr(inspect.unwrap(operation.view_func), "door", None)
+                    if door is not None:
+                        operation.openapi_extra = door.openapi()
+        return super().get_openapi_schema(**kwargs)
+
+
+api = Api(
     title="Redrive",
     version="1",
     description="Dead letters, replays, jobs, queues, schedules, workflows and the audit log "

@@ -2,8 +2,10 @@
 
 from .actions import router as acts
 from .core import api
+from .door import guarded
 from .reads import router as reads
 
+api.add_decorator(guarded)  # the one door, before every endpoint
 api.add_router("/", reads)
 api.add_router("/", acts)
 

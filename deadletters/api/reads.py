@@ -14,7 +14,7 @@ from typing import Any
 
 from django import forms
 from django.utils import timezone
-from ninja import Query, Router, Schema
+from ninja import Router, Schema
 
 from jobqueue.health import snapshot
 from jobqueue.models import DeadLetter, Job, Workflow
@@ -33,6 +33,7 @@ from ..forms import (
 from ..models import ReplayRun
 from ..views.base import filter_for
 from .core import REFUSALS, Error, Refused
+from .door import Door, route
 
 router = Router(tags=["reads"])
 WITH_404 = {**REFUSALS, 404: Error}
@@ -50,6 +51,15 @@ def valid(form: forms.Form) -> forms.Form:
 
 class BackendForm(forms.Form):
     backend = forms.ChoiceField(required=False, choices=lambda: databases.choices())
+
+
+def fields(form: type[forms.Form], *names: str) -> dict[str, forms.Field]:
+    """The fields of `form` (those named; none named: all) a read takes as its parameters."""
+    found = form.base_fields
+    return {name: found[name] for name in names or found}
+
+
+BY_BACKEND = Door(query=fields(BackendForm))
 
 
 def backend_of(request) -> databases.QueueBackend:
@@ -76,27 +86,6 @@ class Page(Schema):
     prev: str | None = None
 
 
-# The parameters each list takes, for the OpenAPI document; the forms check them.
-class LetterParams(Schema):
-    backend: str | None = None
-    job_type: str | None = None
-    queue: str | None = None
-    error_class: str | None = None
-    source: str | None = None
-    q: str | None = None
-    since: str | None = None
-    until: str | None = None
-    state: str | None = None
-    fingerprint: str | None = None
-    order: str | None = None
-    after: str | None = None
-    before: str | None = None
-
-
-class BackendParam(Schema):
-    backend: str | None = None
-
-
 # --- letters --------------------------------------------------------------------------------
 
 
@@ -116,7 +105,9 @@ class TypesOut(Schema):
     types: list[TypeOut]
 
 
-@router.get("/letters/types", response={200: TypesOut, **REFUSALS}, summary="Letters by type")
+@route(
+    router.get, "/letters/types", response={200: TypesOut, **REFUSALS}, summary="Letters by type"
+)
 def letter_types(request):
     """Pending dead letters per job type, every backend's, most first (the overview)."""
     found = []
@@ -154,13 +145,14 @@ class CausesOut(Schema):
     causes: list[CauseOut]
 
 
-class CauseParams(Schema):
-    job_type: str | None = None
-    backend: str | None = None
-
-
-@router.get("/letters/causes", response={200: CausesOut, **REFUSALS}, summary="Letters by cause")
-def letter_causes(request, params: Query[CauseParams]):
+@route(
+    router.get,
+    "/letters/causes",
+    door=Door(query=fields(FilterForm, "job_type", "backend")),
+    response={200: CausesOut, **REFUSALS},
+    summary="Letters by cause",
+)
+def letter_causes(request):
     """One job type's pending dead letters grouped by cause (error fingerprint), most first."""
     form = valid(FilterForm(request.GET))
     job_type = form.cleaned_data.get("job_type")
@@ -218,8 +210,14 @@ def _letter_row(letter: DeadLetter) -> dict:
     }
 
 
-@router.get("/letters", response={200: LettersOut, **REFUSALS}, summary="Letters (and search)")
-def letter_list(request, params: Query[LetterParams]):
+@route(
+    router.get,
+    "/letters",
+    door=Door(query=fields(ListPageForm)),
+    response={200: LettersOut, **REFUSALS},
+    summary="Letters (and search)",
+)
+def letter_list(request):
     """The dead letters the filters match, newest first (`order=oldest`: oldest first); `q`
     searches errors, and payload values for a user who may see them unmasked."""
     form = valid(ListPageForm(request.GET))
@@ -256,8 +254,14 @@ class LetterOut(LetterRow):
     discarded_at: datetime | None
 
 
-@router.get("/letters/{pk}", response={200: LetterOut, **WITH_404}, summary="A letter")
-def letter_detail(request, pk: str, params: Query[BackendParam]):
+@route(
+    router.get,
+    "/letters/{pk}",
+    door=BY_BACKEND,
+    response={200: LetterOut, **WITH_404},
+    summary="A letter",
+)
+def letter_detail(request, pk: str):
     """One dead letter, its payload masked exactly as its page masks it."""
     backend = backend_of(request)
     pk = row_id(pk, "dead letter")
@@ -360,16 +364,14 @@ class RunsOut(Schema):
     next: str | None
 
 
-class RunParams(Schema):
-    operator: str | None = None
-    job_type: str | None = None
-    since: str | None = None
-    until: str | None = None
-    before: str | None = None
-
-
-@router.get("/runs", response={200: RunsOut, **REFUSALS}, summary="Replay runs")
-def run_list(request, params: Query[RunParams]):
+@route(
+    router.get,
+    "/runs",
+    door=Door(query=fields(AuditFilterForm, "operator", "job_type", "since", "until", "before")),
+    response={200: RunsOut, **REFUSALS},
+    summary="Replay runs",
+)
+def run_list(request):
     """Replay and discard runs, newest first, by operator, job type and day (the Audit page's
     runs); `next` is the `before` of the older page."""
     form = valid(AuditFilterForm(request.GET))
@@ -391,7 +393,7 @@ def _run(pk: str) -> ReplayRun:
     return run
 
 
-@router.get("/runs/{pk}", response={200: RunOut, **WITH_404}, summary="A replay run")
+@route(router.get, "/runs/{pk}", response={200: RunOut, **WITH_404}, summary="A replay run")
 def run_detail(request, pk: str):
     return run_json(_run(pk))
 
@@ -415,12 +417,14 @@ class ItemsOut(Schema):
     next: str | None
 
 
-class AfterParam(Schema):
-    after: str | None = None
-
-
-@router.get("/runs/{pk}/items", response={200: ItemsOut, **WITH_404}, summary="A run's items")
-def run_items(request, pk: str, params: Query[AfterParam]):
+@route(
+    router.get,
+    "/runs/{pk}/items",
+    door=Door(query=fields(RunPageForm)),
+    response={200: ItemsOut, **WITH_404},
+    summary="A run's items",
+)
+def run_items(request, pk: str):
     """The run's ledger in order, a row per item it handled, with what became of its replay."""
     run = _run(pk)
     form = valid(RunPageForm(request.GET))
@@ -474,19 +478,6 @@ class JobsOut(Page):
     search_left_out: int | None
 
 
-class JobParams(Schema):
-    backend: str | None = None
-    state: str | None = None
-    task: str | None = None
-    queue: str | None = None
-    key: str | None = None
-    q: str | None = None
-    since: str | None = None
-    until: str | None = None
-    after: str | None = None
-    before: str | None = None
-
-
 def _job_row(job: Job, state: str, last_error: str, letter_id) -> dict:
     return {
         "id": job.pk,
@@ -506,8 +497,14 @@ def _job_row(job: Job, state: str, last_error: str, letter_id) -> dict:
     }
 
 
-@router.get("/jobs", response={200: JobsOut, **REFUSALS}, summary="Jobs")
-def job_list(request, params: Query[JobParams]):
+@route(
+    router.get,
+    "/jobs",
+    door=Door(query=fields(BackendForm) | fields(JobFilterForm)),
+    response={200: JobsOut, **REFUSALS},
+    summary="Jobs",
+)
+def job_list(request):
     """Every job, not only dead ones, newest first, by state, task, queue, key and text."""
     backend = backend_of(request)
     form = valid(JobFilterForm(request.GET))
@@ -574,8 +571,10 @@ def _action(entry) -> dict:
     }
 
 
-@router.get("/jobs/{pk}", response={200: JobOut, **WITH_404}, summary="A job")
-def job_detail(request, pk: str, params: Query[BackendParam]):
+@route(
+    router.get, "/jobs/{pk}", door=BY_BACKEND, response={200: JobOut, **WITH_404}, summary="A job"
+)
+def job_detail(request, pk: str):
     """One job: its payload masked as its page masks it, attempts, letter, replays, actions."""
     backend = backend_of(request)
     pk = row_id(pk, "job")
@@ -641,7 +640,7 @@ def _queue_rows(health, backend_name) -> list[dict]:
     ]
 
 
-@router.get("/queues", response={200: QueuesOut, **REFUSALS}, summary="Queues")
+@route(router.get, "/queues", response={200: QueuesOut, **REFUSALS}, summary="Queues")
 def queue_list(request):
     """Each queue and task's figures (ready, scheduled, running, retrying, dead, the last
     minutes' outcomes), every backend's, and the paused queues."""
@@ -671,7 +670,7 @@ class HealthOut(Schema):
     queues: list[QueueRow]
 
 
-@router.get("/health", response={200: HealthOut, **REFUSALS}, summary="Health")
+@route(router.get, "/health", response={200: HealthOut, **REFUSALS}, summary="Health")
 def health(request):
     """The health page's figures: totals over every backend, the workers, each queue's row."""
     now = timezone.now()
@@ -717,7 +716,7 @@ class SchedulesOut(Schema):
     schedules: list[ScheduleOut]
 
 
-@router.get("/schedules", response={200: SchedulesOut, **REFUSALS}, summary="Schedules")
+@route(router.get, "/schedules", response={200: SchedulesOut, **REFUSALS}, summary="Schedules")
 def schedule_list(request):
     """The periodic jobs with their last tick's outcome; arguments masked as payloads are."""
     return {
@@ -762,12 +761,6 @@ class WorkflowsOut(Page):
     workflows: list[WorkflowRow]
 
 
-class WorkflowParams(Schema):
-    state: str | None = None
-    after: str | None = None
-    before: str | None = None
-
-
 def _workflow_row(w: Workflow, state: str, job_state) -> dict:
     return {
         "id": w.pk,
@@ -782,8 +775,14 @@ def _workflow_row(w: Workflow, state: str, job_state) -> dict:
     }
 
 
-@router.get("/workflows", response={200: WorkflowsOut, **REFUSALS}, summary="Workflows")
-def workflow_list(request, params: Query[WorkflowParams]):
+@route(
+    router.get,
+    "/workflows",
+    door=Door(query=fields(workflows.WorkflowFilterForm)),
+    response={200: WorkflowsOut, **REFUSALS},
+    summary="Workflows",
+)
+def workflow_list(request):
     """Recent workflows, most recently changed first, by state."""
     form = valid(workflows.WorkflowFilterForm(request.GET))
     found = workflows.page(
@@ -835,7 +834,7 @@ def _shown(text, cut):
     return text if cut else json.loads(text)
 
 
-@router.get("/workflows/{pk}", response={200: WorkflowOut, **WITH_404}, summary="A workflow")
+@route(router.get, "/workflows/{pk}", response={200: WorkflowOut, **WITH_404}, summary="A workflow")
 def workflow_detail(request, pk: str):
     """One workflow's timeline: its steps, what they stored (masked), failures, signals."""
     pk = row_id(pk, "workflow")
@@ -902,20 +901,19 @@ class EntriesOut(Schema):
     next: str | None
 
 
-class AuditParams(Schema):
-    backend: str | None = None
-    operator: str | None = None
-    action: str | None = None
-    target_kind: str | None = None
-    target: str | None = None
-    channel: str | None = None
-    since: str | None = None
-    until: str | None = None
-    after: str | None = None
-
-
-@router.get("/audit", response={200: EntriesOut, **REFUSALS}, summary="The audit log")
-def audit(request, params: Query[AuditParams]):
+@route(
+    router.get,
+    "/audit",
+    door=Door(
+        query=fields(BackendForm)
+        | fields(AuditFilterForm, *AuditFilterForm.FILTERS[:-1])
+        # The Audit page's name for the entries' cursor.
+        | {"after": AuditFilterForm.base_fields["entries_after"]}
+    ),
+    response={200: EntriesOut, **REFUSALS},
+    summary="The audit log",
+)
+def audit(request):
     """The audit log of a backend's database, newest first, by who, action, target, channel
     and day (the Audit page's filters); `next` is the `after` of the older page."""
     backend = backend_of(request)

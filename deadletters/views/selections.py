@@ -1,6 +1,8 @@
 """Frozen selections of letters or jobs: preview, then a reason and confirm, each step through
 the action registry (deadletters.actions.freeze and confirm)."""
 
+import unicodedata
+
 from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -110,8 +112,14 @@ def confirm(request, pk):
         last_rate = selectors.last_rate(path for path, _ in preview.by_type)
     form = ConfirmForm(request.POST or None, initial={"rate": last_rate.rate} if last_rate else {})
     if request.method == "POST" and (outcome := _confirmed(request, selection, form)):
+        if outcome.data.get("paused_queues"):
+            messages.warning(request, outcome.message)  # allowed, and said
         return redirect("deadletters:run", pk=outcome.data["run"])
     backend = databases.of_database(selection.database)
+    to_queue = (form["to_queue"].value() or "") if form.is_bound else ""
+    # As the store names queues (NFC: store.queues.checked_name).
+    typed = unicodedata.normalize("NFC", to_queue) if isinstance(to_queue, str) else ""
+    destinations = [typed] if typed else [queue for queue, _ in preview.queues]
     context = {
         "selection": selection,
         "letters": True,
@@ -128,7 +136,11 @@ def confirm(request, pk):
         "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
         "approval_threshold": approval_threshold(),
         # A replay's destination as typed (its refusal, if any, is beside its field).
-        "to_queue": (form["to_queue"].value() or "") if form.is_bound else "",
+        "to_queue": to_queue,
+        # The paused queues it would send jobs to: allowed (they wait there), and said.
+        "paused_destinations": [
+            (q, preview.paused[q]) for q in destinations if q in preview.paused
+        ],
     }
     return render(request, "deadletters/confirm.html", context, status=400 if form.errors else 200)
 

@@ -142,7 +142,7 @@ def loads(text: str, what: str = "value", **options):
     """JSON text as data, refused (ValueError, UnstorableValue) when it is not JSON, holds an
     integer too long to read, or nests deeper than MAX_JSON_DEPTH: the reading side of the
     same door storable_json is."""
-    if _may_nest_too_deep(text) and _text_depth(text) > MAX_JSON_DEPTH:
+    if _may_nest_too_deep(text) and text_depth(text) > MAX_JSON_DEPTH:
         raise UnstorableValue(_too_deep(what))
     try:
         return json.loads(text, **options)
@@ -150,9 +150,9 @@ def loads(text: str, what: str = "value", **options):
         raise UnstorableValue(f"{what} nests too deeply") from None
 
 
-def _text_depth(text: str) -> int:
-    """The bracket depth of JSON text outside its strings; only run on text with many
-    brackets."""
+def text_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """The bracket depth of JSON text outside its strings, read no further once past `limit`
+    (then some depth above it): a bound checked before parsing, which would recurse."""
     deepest = depth = 0
     in_string = escaped = False
     for char in text:
@@ -169,7 +169,7 @@ def _text_depth(text: str) -> int:
             depth += 1
             if depth > deepest:
                 deepest = depth
-                if deepest > MAX_JSON_DEPTH:
+                if deepest > limit:
                     return deepest
         elif char in "]}":
             depth -= 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import unicodedata
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from importlib import import_module
@@ -42,14 +43,20 @@ logger = logging.getLogger(__name__)
 
 
 def checked_name(queue) -> str:
-    """`queue` if it is a name a queue may have (what a pause names, a replay is sent to),
-    else ValueError saying why: 1 to 100 characters, not only spaces, text every database
-    stores (no NUL, no lone surrogate)."""
+    """`queue` in Unicode's composed form (NFC) if it is a name a queue may have (what a pause
+    names, a replay is sent to), else ValueError saying why: 1 to 100 characters, not only
+    spaces, text every database stores (no NUL, no lone surrogate). Composed, so that "café"
+    typed with a combining accent (NFD, as some keyboards and file systems give it) is the
+    same queue as "café", not a second one."""
     limit = PausedQueue._meta.get_field("queue_name").max_length
-    if not isinstance(queue, str) or not queue.strip() or len(queue) > limit:
+    # NFC composes, never lengthens past 3 times: a name longer than that is too long already.
+    if not isinstance(queue, str) or not queue.strip() or len(queue) > 3 * limit:
         raise ValueError(f"a queue name is 1 to {limit} characters")
-    if storable_text(queue, limit) != queue:
+    if storable_text(queue, len(queue)) != queue:
         raise ValueError("a queue name holds no NUL (\\u0000) or lone surrogate")
+    queue = unicodedata.normalize("NFC", queue)
+    if len(queue) > limit:
+        raise ValueError(f"a queue name is 1 to {limit} characters")
     return queue
 
 

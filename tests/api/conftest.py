@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from deadletters import tokens
@@ -58,3 +59,18 @@ def operator_api(db):
 @pytest.fixture
 def admin_api(db):
     return api_as(user_with_role("admin", "chief"))
+
+
+def rows_written() -> int:
+    """Rows inserted, updated or deleted so far by this test's connection (SQLite: since it
+    opened; PostgreSQL: in this transaction, which the test is), triggers' writes included:
+    one cheap query, so every case is checked."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT total_changes()")
+        else:
+            cursor.execute(
+                "SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0)"
+                " FROM pg_stat_xact_user_tables"
+            )
+        return int(cursor.fetchone()[0])

@@ -268,3 +268,47 @@ def test_the_readmes_replay_script_step_by_step(operator_api):
     # Paced: the runner carries it on in the background.
     assert polled["state"] == ReplayRun.objects.get(pk=run).state == "running"
     assert ReplayRun.objects.get(pk=run).requested == len(letters)
+
+
+def test_a_reveal_is_kept_by_no_cache_and_by_no_idempotency_key(admin_api):
+    from deadletters.models import IdempotentRequest
+
+    letter = DeadLetterFactory(kwargs={"password": "hunter2"})
+    response = admin_api.post("actions/letter.reveal", {"letter": letter.pk}, key="reveal-1")
+    assert response.status_code == 200, response.content
+    assert response.json()["kwargs"] == {"password": "hunter2"}
+    assert "no-store" in response["Cache-Control"]
+    assert not IdempotentRequest.objects.exists()  # the unmasked answer is stored nowhere
+    assert "no-store" not in (admin_api.get(f"letters/{letter.pk}").get("Cache-Control") or "")
+
+
+def test_every_revealing_action_the_api_offers_answers_no_store(admin_api):
+    from deadletters import actions
+
+    revealing = [a.name for a in actions.REGISTRY.values() if a.reveals and a.api]
+    assert revealing == ["letter.reveal"]
+    letter = DeadLetterFactory()
+    for name in revealing:
+        response = admin_api.post(f"actions/{name}", {"letter": letter.pk})
+        assert "no-store" in response["Cache-Control"], name
+
+
+def test_a_preview_lists_the_filters_it_applied(operator_api):
+    letter = DeadLetterFactory(task_path="app.a", queue_name="mail")
+    frozen = operator_api.post(
+        "actions/letters.replay",
+        {"select_all": "1", "job_type": "app.a", "queue": "mail", "order": "oldest"},
+    ).json()
+    assert frozen["filters"] == {"job_type": "app.a", "queue": "mail"}
+    assert (
+        operator_api.get(f"selections/{frozen['selection']}").json()["filters"]
+        == (frozen["filters"])
+    )
+    ticked = operator_api.post("actions/letters.replay", {"ids": [letter.pk]}).json()
+    assert ticked["filters"] == {}
+    JobFactory(queue_name="bulk", run_after=timezone.now() + timedelta(hours=1))
+    jobs = operator_api.post(
+        "actions/jobs.cancel", {"select_all": "1", "queue": "bulk", "since": "1h"}
+    ).json()
+    assert jobs["filters"]["queue"] == "bulk"
+    assert set(jobs["filters"]) == {"queue", "since"}

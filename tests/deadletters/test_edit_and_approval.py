@@ -900,3 +900,9 @@ def test_the_cli_replay_over_the_threshold_waits_and_approve_carries_it_out(
     run.refresh_from_db()
     assert (run.state, run.done, run.approved_by) == (RunState.FINISHED, 3, "second")
     assert DeadLetter.objects.filter(state="replaying").count() == 3
+
+
+def test_the_edit_pages_reveal_is_kept_by_no_cache(chief, secret_letter):
+    response = logged_in(chief).post(edit_url(secret_letter), {"reveal": "1"})
+    assert "s3cret-t0ken" in response.content.decode()
+    assert "no-store" in response["Cache-Control"]

@@ -26,7 +26,9 @@ from .conftest import logged_in
 pytestmark = pytest.mark.django_db
 
 EXPORT = reverse("deadletters:export")
-HOSTILE = ['=HYPERLINK("http://evil","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+HOSTILE = ['=HYPERLINK("http://evil","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx", "|calc"]
+# The fullwidth forms some spreadsheets read as the ASCII ones.
+FULLWIDTH = ["\uff1d1+1", "\uff0b1", "\uff0d1", "\uff20SUM(A1)", "\uff5ccalc"]
 
 
 def recorded() -> list[dict]:
@@ -159,6 +161,35 @@ def test_csv_cells_that_would_be_formulas_are_escaped(operator_client):
     records = parse_jsonl(body(operator_client.post(EXPORT, {"format": "jsonl"})))
     assert sorted(r["last_error"] for r in records) == sorted(HOSTILE)
     assert sorted(r["args"] for r in records) == sorted(HOSTILE)
+
+
+@pytest.mark.parametrize("text", HOSTILE + FULLWIDTH)
+def test_every_formula_start_is_escaped_by_the_one_cell_function(text):
+    assert exports.safe_cell(text) == "'" + text
+    assert exports.safe_cell("x" + text) == "x" + text
+
+
+def test_the_audit_csv_escapes_actor_and_reason(operator):
+    from jobqueue.store import audit
+
+    kept = [text for text in HOSTILE + FULLWIDTH if text == text.strip()]  # as the log keeps
+    for n, text in enumerate(kept):
+        audit.record(
+            "queue.pause",
+            actor=text,
+            channel="code",
+            target_kind="queue",
+            targets=[f"q{n}"],
+            reason=text,
+        )
+    _, chunks = exports.export_audit(operator=operator, filter=selectors.AuditFilter(), fmt="csv")
+    _, rows = parse_csv("".join(chunks))
+    shown = [row for row in rows if row["action"] == "queue.pause"]
+    assert len(shown) == len(kept)
+    for row in shown:
+        assert row["actor"] == row["reason"]
+        assert row["reason"].startswith("'") and row["reason"][1:] in kept
+        assert not any(cell.startswith(exports.FORMULA_STARTS) for cell in row.values())
 
 
 def test_a_negative_number_payload_is_escaped_too_but_numbers_in_columns_are_not():

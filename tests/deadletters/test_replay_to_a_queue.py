@@ -407,7 +407,10 @@ def test_the_api_replays_to_a_queue_and_says_so(api):
     serving("slow")
     chosen = letters(2, queue_name="mail")
     shown = frozen(api, chosen)
-    assert (shown["queues"], shown["can_change_queue"]) == ([{"queue": "mail", "count": 2}], True)
+    assert (shown["queues"], shown["can_change_queue"]) == (
+        [{"queue": "mail", "count": 2, "paused": False}],
+        True,
+    )
     response = api.post(
         f"selections/{shown['selection']}/confirm", {"reason": "slow lane", "to_queue": "slow"}
     )
@@ -433,8 +436,12 @@ def test_the_api_names_each_refusal_of_a_queue(api):
     assert unknown.status_code == 409
     assert unknown.json()["code"] == "unknown_queue"
     assert "no queue 'nowhere'" in unknown.json()["detail"]
+    # Longer than the document allows: the API's door refuses it (the form would too).
     bad = api.post(confirm, {"reason": "x", "to_queue": "q" * 101})
-    assert bad.status_code == 400 and "to_queue" in bad.json()["errors"]
+    assert (bad.status_code, bad.json()["code"]) == (422, "invalid_field")
+    assert bad.json()["detail"].startswith("Nothing changed: to_queue: at most 100 characters")
+    blank = api.post(confirm, {"reason": "x", "to_queue": " "})
+    assert blank.status_code == 400 and "to_queue" in blank.json()["errors"]
     nothing_written(chosen)
     allowed = api.post(confirm, {"reason": "x", "to_queue": "nowhere", "allow_unknown_queue": True})
     assert allowed.status_code == 200, allowed.content
@@ -553,3 +560,71 @@ def test_deadletters_replay_refuses_before_its_preview(operator):
     assert Job.objects.get(replayed_from=chosen[0]).queue_name == "nowhere"
     [(*_, params)] = entries("letters.replay")
     assert params["allow_unknown_queue"] is True
+
+
+# --- a paused destination: allowed, and said -------------------------------------------------
+
+
+def pause(queue):
+    store.queues.pause(queue, actor="ann", reason="provider down", allow_unknown=True)
+
+
+def test_the_api_preview_and_answer_say_a_paused_own_queue(api):
+    chosen = letters(2, queue_name="mail")
+    pause("mail")
+    shown = frozen(api, chosen)
+    assert shown["queues"] == [{"queue": "mail", "count": 2, "paused": True}]
+    response = api.post(f"selections/{shown['selection']}/confirm", {"reason": "retry"})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["paused_queues"] == ["mail"]
+    assert body["message"].endswith(
+        "Queue mail is paused: the replayed jobs wait there until it is resumed."
+    )
+    assert set(
+        Job.objects.filter(replayed_from__in=chosen).values_list("queue_name", flat=True)
+    ) == {"mail"}
+
+
+def test_the_api_answer_says_a_paused_destination_and_not_a_running_one(api):
+    serving("slow", "fast")
+    pause("slow")
+    for queue, said in (("slow", ["slow"]), ("fast", [])):
+        shown = frozen(api, letters(1, queue_name="mail"))
+        body = api.post(
+            f"selections/{shown['selection']}/confirm", {"reason": "x", "to_queue": queue}
+        ).json()
+        assert body["paused_queues"] == said, body
+        assert ("is paused" in body["message"]) == bool(said)
+
+
+def test_the_console_preview_and_confirm_say_a_paused_queue(operator_client):
+    chosen = letters(2, queue_name="mail")
+    pause("mail")
+    url = confirm_url(operator_client, chosen)
+    page = operator_client.get(url).content.decode()
+    assert '<code>mail</code> (2) <span class="paused">paused</span>' in page
+    assert "Queue <code>mail</code> is paused (by ann)" in page
+    done = operator_client.post(url, {"reason": "retry", "rate": 0, "canary_size": 0}, follow=True)
+    assert "Queue mail is paused" in done.content.decode()
+
+
+def test_a_queue_name_is_one_queue_in_nfc_and_nfd():
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    assert store.queues.checked_name(decomposed) == composed
+    assert store.queues.checked_name("x" * 99 + "e\u0301") == "x" * 99 + "\u00e9"
+    with pytest.raises(ValueError, match="1 to 100 characters"):
+        store.queues.checked_name("x" * 100 + "e\u0301")
+    assert store.queues.pause(decomposed, actor="ann", reason="x", allow_unknown=True)
+    assert not store.queues.pause(composed, actor="ann", reason="x", allow_unknown=True)
+    assert list(store.queues.paused()) == [composed]
+    assert store.queues.resume(decomposed, actor="ann", reason="x")
+
+
+def test_a_replay_to_a_decomposed_name_goes_to_the_composed_queue(api):
+    serving("caf\u00e9")
+    shown = frozen(api, letters(1))
+    body = api.post(
+        f"selections/{shown['selection']}/confirm", {"reason": "x", "to_queue": "cafe\u0301"}
+    ).json()
+    assert body["to_queue"] == "caf\u00e9", body
