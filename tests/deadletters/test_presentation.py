@@ -167,7 +167,7 @@ def test_a_finished_run_polls_until_its_jobs_settle_then_stops(operator_client, 
 
     Job.objects.filter(pk__in=run.items.values("job_id")).update(state="done")
     page = operator_client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert "(succeeded)" in page and "(pending)" not in page
+    assert "(done)" in page and "(pending)" not in page
     assert "hx-trigger" not in page and "data-poll" not in page
 
 
