@@ -18,7 +18,7 @@ from deadletters.views import console_view, render_page, whole_page
 from jobqueue import store, timing
 from jobqueue.conf import setting
 from jobqueue.health import SUMMED, Health, failure_rate, snapshot
-from jobqueue.models import DeadLetter, DeadLetterState, JobCounter
+from jobqueue.models import DeadLetter, DeadLetterState, JobCounter, JobState
 
 MINUTES = 60
 # The SVG's geometry: a value axis on the left, a time axis below, one 5-unit slot a minute.
@@ -29,15 +29,18 @@ CHART_WIDTH = LEFT + SLOT * MINUTES + RIGHT
 CHART_HEIGHT = TOP + PLOT_HEIGHT + BOTTOM
 
 
-def minute_series(now, minutes=MINUTES, exclude_queues=(), using="default") -> dict[str, list[int]]:
+def minute_series(
+    now, minutes=MINUTES, exclude_queues=(), using="default", only_queues=None
+) -> dict[str, list[int]]:
     """Completed, failed and dead-lettered attempts per minute, oldest first (all queues but
-    `exclude_queues`), of the queue database `using`."""
+    `exclude_queues`, or `only_queues`), of the queue database `using`."""
     start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
     series = {name: [0] * minutes for name in ("succeeded", "failed", "dead")}
+    rows = JobCounter.objects.using(using).filter(minute__gte=start)
+    if only_queues is not None:
+        rows = rows.filter(queue_name__in=only_queues)
     rows = (
-        JobCounter.objects.using(using)
-        .filter(minute__gte=start)
-        .exclude(queue_name__in=exclude_queues)
+        rows.exclude(queue_name__in=exclude_queues)
         .values("minute")
         .annotate(s=Sum("succeeded"), f=Sum("failed"), d=Sum("dead"))
     )
@@ -78,9 +81,10 @@ class Chart:
     bars: list[Bar]
     y_ticks: list[tuple[float, int]]  # (y, value)
     x_ticks: list[tuple[float, str]]  # (x, clock time)
+    apart: int = 0  # the replay runner's own, in the hour: not drawn, said in the caption
 
 
-def chart(title, noun, tone, values, now, minutes=MINUTES) -> Chart:
+def chart(title, noun, tone, values, now, apart=0, minutes=MINUTES) -> Chart:
     """One series as an SVG bar chart: bars scaled to a round top value, a value axis (0, the
     middle, the top), clock times every quarter hour below, and each minute's value on hover."""
     top = nice_top(max(values))
@@ -103,7 +107,7 @@ def chart(title, noun, tone, values, now, minutes=MINUTES) -> Chart:
             x_ticks.append((LEFT + i * SLOT + BAR / 2, local.strftime("%H:%M")))
     ticks = [0, top // 2, top] if top % 2 == 0 else [0, top]
     y_ticks = [(TOP + PLOT_HEIGHT - PLOT_HEIGHT * t / top, t) for t in ticks]
-    return Chart(title, noun, tone, sum(values), bars, y_ticks, x_ticks)
+    return Chart(title, noun, tone, sum(values), bars, y_ticks, x_ticks, apart)
 
 
 def minute_marks(now, minutes=MINUTES) -> list[timefilter.DeployMark]:
@@ -325,6 +329,33 @@ def unknown_outcomes(rows, using="default") -> set[str]:
     }
 
 
+# The Ordering keys blocked figure lists at most this many keys.
+BLOCKED_KEYS_SHOWN = 20
+
+
+def blocked_keys(using="default", limit=BLOCKED_KEYS_SHOWN) -> list[tuple[str, DeadLetter]]:
+    """The ordering keys a dead job holds back ("block") while its letter is unresolved, as
+    jobqueue.health.scheduling counts them, each with that letter (the oldest, if several)."""
+    letters = (
+        DeadLetter.objects.using(using)
+        .filter(
+            state__in=[DeadLetterState.PENDING, DeadLetterState.REPLAYING],
+            job__state=JobState.DEAD,
+            job__ordering_key__isnull=False,
+            job__ordering_on_dead="block",
+        )
+        .select_related("job")
+        .only("id", "task_path", "state", "job__ordering_key")
+        .order_by("job__ordering_key", "id")
+    )
+    found: dict[str, DeadLetter] = {}
+    for letter in letters.iterator():
+        found.setdefault(letter.job.ordering_key, letter)
+        if len(found) > limit:
+            break
+    return list(found.items())[:limit]
+
+
 # Totals that are not sums over the backends: a maximum, a minimum, and rates recomputed.
 NOT_ADDED = {"oldest_ready_age", "since_last_success", "failure_rate_5m", "failure_rate_60m"}
 
@@ -399,11 +430,18 @@ def dashboard(request):
     # A queue/task with nothing live, nothing dead and nothing finished this hour says nothing.
     rows = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
     series = {name: [0] * MINUTES for name in ("succeeded", "failed", "dead")}
+    # The replay runner's own jobs are left out of the charts, but counted in the workers'
+    # Done and Failed: each caption says how many of them it left out, so the two add up.
+    apart = {name: 0 for name in series}
     for backend, _ in parts:
         for name, values in minute_series(
             now, exclude_queues=[internal], using=backend.database
         ).items():
             series[name] = [a + b for a, b in zip(series[name], values, strict=True)]
+        for name, values in minute_series(
+            now, only_queues=[internal], using=backend.database
+        ).items():
+            apart[name] += sum(values)
     # A queue is listed with anything to say (a row of its tasks) or paused (to be resumed).
     shown = {(r.backend.name, r.queue) for r in rows}
     queue_rows = [q for q in health.queues if q.paused or (q.backend.name, q.queue) in shown]
@@ -425,10 +463,24 @@ def dashboard(request):
         "backends": [backend for backend, _ in parts],
         "whole": whole_page(request),
         "charts": [
-            chart("Completed", "completed", "ok", series["succeeded"], now),
-            chart("Failed attempts", "failed", "warn", series["failed"], now),
+            chart("Completed", "completed", "ok", series["succeeded"], now, apart["succeeded"]),
+            chart("Failed attempts", "failed", "warn", series["failed"], now, apart["failed"]),
             # The workers' per-minute counters: jobs of this queue only (see the page's note).
-            chart("Jobs dead-lettered", "jobs dead-lettered", "danger", series["dead"], now),
+            chart(
+                "Jobs dead-lettered",
+                "jobs dead-lettered",
+                "danger",
+                series["dead"],
+                now,
+                apart["dead"],
+            ),
+        ],
+        # The keys the Ordering keys blocked figure counts, each with the letter holding it.
+        "blocked_keys": [
+            (backend, key, letter)
+            for backend, part in parts
+            if part.totals.get("blocked_ordering_keys")
+            for key, letter in blocked_keys(backend.database)
         ],
         "deploy_marks": minute_marks(now),
         # The Deploys section sits outside the polled part too.

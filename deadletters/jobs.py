@@ -9,14 +9,14 @@ the same one; ids repeat across databases."""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Length
 from django.utils import timezone
 
-from jobqueue import store
+from jobqueue import health, store
 from jobqueue.conf import setting
 from jobqueue.models import WAITING as WAITING_STATUSES
 from jobqueue.models import AuditEntry, DeadLetter, Job, JobState, JobStatus
@@ -98,6 +98,72 @@ def searching(f: JobFilter, using: str = "default"):
     """Where a read of `filtered(f)` runs: under the search's time limit if `f` searches text
     (search.SearchTimedOut past it)."""
     return search.time_limit(using) if f.q else nullcontext()
+
+
+# A tab's count under a filter reads at most this many jobs (and says "1,000+" past it) and
+# for at most COUNT_TIME_LIMIT seconds (and says it was not counted past that): a count never
+# holds the page, nor reads every finished job of a large table.
+TAB_CAP = 1_000
+COUNT_TIME_LIMIT = 1.0
+
+
+@dataclass(frozen=True)
+class TabCount:
+    """A tab's count as the browser shows it: `count` jobs, or at least that many (`more`); or
+    none (`count` None) and `why`."""
+
+    count: int | None
+    more: bool = False
+    why: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.count is None:
+            return ""
+        return f"{self.count:,}{'+' if self.more else ''}"
+
+
+def _bounded_count(f: JobFilter, now: datetime, using: str) -> TabCount:
+    try:
+        with search.time_limit(using, COUNT_TIME_LIMIT):
+            qs, _ = filtered(f, now, using)
+            n = qs.order_by()[: TAB_CAP + 1].count()
+    except search.SearchTimedOut:
+        return TabCount(None, why=f"not counted: it took over {COUNT_TIME_LIMIT:g} s")
+    return TabCount(min(n, TAB_CAP), n > TAB_CAP)
+
+
+def tab_counts(f: JobFilter, now: datetime | None = None, using: str = "default") -> dict:
+    """How many jobs each state's tab lists under `f`'s other filters, and the All tab's
+    total ("" the key), so that every count agrees with the rows the tab shows. Without a
+    filter the live and dead states are counted as the health page counts them (its bounded
+    index reads); the rest, and every state under a filter, by a count that stops at TAB_CAP
+    jobs and at COUNT_TIME_LIMIT. A text search is not counted (it reads up to
+    search.JOB_SCAN jobs a time)."""
+    now = now or timezone.now()
+    f = replace(f, state="")
+    if f.q:
+        why = "not counted: a text search is not counted"
+        counts = {value: TabCount(None, why=why) for value in STATES}
+        counts[""] = TabCount(None, why=why)
+        return counts
+    counts: dict[str, TabCount] = {}
+    if f == JobFilter(payload_search=f.payload_search):
+        counts = {
+            state: TabCount(n, more) for state, (n, more) in health.state_counts(now, using).items()
+        }
+    for state in STATES:
+        if state not in counts:
+            counts[state] = _bounded_count(replace(f, state=state), now, using)
+    # All: the states' sum, at least that if one is capped or not counted, none if none is.
+    parts = [counts[state] for state in STATES]
+    made = [c for c in parts if c.count is not None]
+    counts[""] = (
+        TabCount(sum(c.count for c in made), any(c.more for c in parts) or len(made) < len(parts))
+        if made
+        else TabCount(None, why=parts[0].why)
+    )
+    return counts
 
 
 @dataclass

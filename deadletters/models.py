@@ -232,7 +232,8 @@ class ReplayItem(models.Model):
 
     @property
     def job_outcome(self):
-        """What became of the replay: pending, succeeded or dead again (None if not replayed)."""
+        """What became of the replay: pending, done or dead again (None if not replayed); a job
+        that finished is "done", as its state (jobqueue.models.JobStatus) and its page say."""
         if self.external_id:
             return self.external_outcome
         if self.job_id is None:
@@ -284,14 +285,14 @@ class ReplayItem(models.Model):
 
 EXTERNAL_OUTCOMES = {
     "replaying": "pending",
-    "replayed": "succeeded",
+    "replayed": "done",
     "pending": "failed again",
     "discarded": "failed again",
 }
 JOB_OUTCOMES = {
     "ready": "pending",
     "running": "pending",
-    "done": "succeeded",
+    "done": "done",
     "dead": "dead again",
     # An operator cancelled the replay's job before it ran (jobqueue.store.job_actions).
     "cancelled": "cancelled",

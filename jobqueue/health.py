@@ -151,8 +151,8 @@ class Health:
             data["totals"]["since_last_success"] = None
         data["last_success_at"] = self.last_success_at.isoformat() if self.last_success_at else None
         for worker in data["workers"]:
-            for key in ("started_at", "last_heartbeat_at"):
-                worker[key] = worker[key].isoformat()
+            for key in ("started_at", "last_heartbeat_at", "last_claim_at"):
+                worker[key] = worker[key].isoformat() if worker[key] else None
         for pause in data["paused"].values():
             pause["paused_at"] = pause["paused_at"].isoformat()
         return data
@@ -479,6 +479,7 @@ def snapshot(
                 "concurrency": w.concurrency,
                 "started_at": w.started_at,
                 "last_heartbeat_at": w.last_heartbeat_at,
+                "last_claim_at": w.last_claim_at,  # None: it has claimed no job yet
                 "lost": now - w.last_heartbeat_at > lost_after,
                 "jobs_succeeded": w.jobs_succeeded,
                 "jobs_failed": w.jobs_failed,

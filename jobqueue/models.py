@@ -368,6 +368,9 @@ class WorkerRecord(models.Model):
     jobs_succeeded = models.PositiveIntegerField(default=0)
     jobs_failed = models.PositiveIntegerField(default=0)
     current_job_ids = models.JSONField(default=list)
+    # When a claim last leased it a job (written with the record, so up to its interval late;
+    # None: none yet): a quieted worker is seen to stop claiming.
+    last_claim_at = models.DateTimeField(null=True, blank=True)
     # An operator's command (jobqueue.store.workers.command), read by the worker on its next
     # heartbeat: quiet (claim nothing more, finish what it holds) or stop (drain and exit).
     command = models.CharField(max_length=10, blank=True, default="")

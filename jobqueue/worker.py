@@ -440,6 +440,7 @@ class Worker(Loop):
         # more and finishes what it holds, until it is stopped.
         self.quiet = False
         self._claimed_empty = False  # burst mode: the last claim found nothing
+        self._last_claim_at: datetime | None = None  # a claim last leased a job (its record)
         self._executions = 0  # jobs handlers finished running (burst: see _claimed_empty)
         # The threads whose connections are the queue's own (main, settler): named and given a
         # lock timeout; handlers' connections are the tasks' and left as the project made them.
@@ -660,6 +661,7 @@ class Worker(Loop):
                 )
             )
             if jobs:
+                self._last_claim_at = self.clock()
                 fault_point("after_claim")
                 # One line per claim, naming every job it leased (a line per job cost more than
                 # a quick job's whole run); each job's outcome has its own line.
@@ -1157,6 +1159,7 @@ class Worker(Loop):
                 failed=self.stats.retried + self.stats.dead,
                 current_job_ids=sorted(self.held),
                 tallies=tallies,
+                last_claim_at=self._last_claim_at,
                 now=self.clock(),
                 using=self.using,
             )

@@ -93,17 +93,19 @@ def ident_html(value) -> str:
 
 
 @register.filter
-def ident(value):
-    """An identifier as `<code class="ident">`, breakable only between its segments."""
+def ident(value, extra=""):
+    """An identifier as `<code class="ident">` (and the classes `extra` names), breakable only
+    between its segments."""
     if value in (None, ""):
         return "—"
-    return mark_safe(f'<code class="ident">{ident_html(value)}</code>')
+    classes = escape(f"ident {extra}".strip())
+    return mark_safe(f'<code class="{classes}">{ident_html(value)}</code>')
 
 
 @register.filter
 def breakable(value):
     """An identifier's text with its break opportunities, for inside a link or a heading."""
-    return mark_safe(ident_html(value))
+    return mark_safe(f'<span class="ident">{ident_html(value)}</span>')
 
 
 @register.filter

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobqueue import health, store
+from jobqueue import store
 from jobqueue.conf import setting
 from jobqueue.models import Job
 
@@ -59,11 +59,7 @@ def job_list(request):
         "can_act": request.user.has_perm(ACT_ON_JOB),
         # The tabs; their counts come in a request of their own once the page is shown
         # (job_counts), so counting the live jobs never holds the page back.
-        "tabs": [(value, label, None, False) for value, label in jobs.STATES.items()],
-        "current_state": form.cleaned_data.get("state", ""),
-        "tabs_query": urlencode(
-            [*backend_echo(backend), ("state", form.cleaned_data.get("state") or "")]
-        ),
+        **_tabs(request, form, backend, counts=None),
         # Nothing to select on a tab of jobs that can no longer change (done, dead, running).
         "can_select": request.user.has_perm(ACT_ON_JOB)
         and (not form.cleaned_data.get("state") or form.cleaned_data["state"] in jobs.WAITING),
@@ -81,22 +77,39 @@ def job_list(request):
     return render_page(request, "deadletters/jobs.html", "job-results", context)
 
 
+def _tabs(request, form, backend, counts) -> dict:
+    """The state tabs of `form`'s filter: each links to its state under the same filters, with
+    its count (jobs.TabCount) once `counts` are read, or a request for them."""
+    state = form.cleaned_data.get("state") or ""
+    kept = [(k, v) for k, v in backend_echo(backend) + form.echo() if k != "state"]
+    base = urlencode(kept)
+    return {
+        "tabs": [
+            (value, label, counts[value] if counts else None, urlencode([*kept, ("state", value)]))
+            for value, label in jobs.STATES.items()
+        ],
+        "all_count": counts[""] if counts else None,
+        "all_query": base,
+        "counted": counts is not None,
+        # Every tab's count is missing for one reason (a text search): said once.
+        "uncounted_why": counts[""].why if counts and counts[""].count is None else "",
+        "current_state": state,
+        "tabs_query": urlencode([*kept, ("state", state)]),
+    }
+
+
 @require_GET
 @console_view
 def job_counts(request):
-    """The jobs browser's state tabs with how many jobs each holds where an index reaches them
-    (None for done and cancelled: that would read every finished job), and whether there are
-    more than counted; fetched by the page once it is shown."""
+    """The jobs browser's state tabs with how many jobs each holds under the page's filters
+    (jobs.tab_counts: capped, or not counted, and saying so); fetched by the page once it is
+    shown."""
     backend = backend_named(request.GET.get("backend"))
-    state = request.GET.get("state", "")
-    counts = health.state_counts(timezone.now(), backend.database)
+    form = JobFilterForm(request.GET)
+    f = filter_for(form, request.user)
+    counts = jobs.tab_counts(f, timezone.now(), backend.database)
     context = {
-        "tabs": [
-            (value, label, *counts.get(value, (None, False)))
-            for value, label in jobs.STATES.items()
-        ],
-        "counted": True,
-        "current_state": state if state in jobs.STATES else "",
+        **_tabs(request, form, backend, counts),
         "backend": backend,
         "job_query": databases.query(backend),
     }

@@ -110,7 +110,13 @@ def confirm(request, pk):
     last_rate = None
     if selection.action == "replay":
         last_rate = selectors.last_rate(path for path, _ in preview.by_type)
-    form = ConfirmForm(request.POST or None, initial={"rate": last_rate.rate} if last_rate else {})
+    initial = {"rate": last_rate.rate} if last_rate else {}
+    # A canary as large as the selection is none (services.start_run): the field offers what
+    # the run will do, 0, and its hint says why, rather than the default the run would ignore.
+    canary_too_large = preview.total <= setting("CANARY_SIZE")
+    if canary_too_large:
+        initial["canary_size"] = 0
+    form = ConfirmForm(request.POST or None, initial=initial)
     if request.method == "POST" and (outcome := _confirmed(request, selection, form)):
         if outcome.data.get("paused_queues"):
             messages.warning(request, outcome.message)  # allowed, and said
@@ -135,6 +141,8 @@ def confirm(request, pk):
         "batch_size": setting("REPLAY_BATCH_SIZE"),
         "back": request.session.get(BACK_KEY.format(selection.pk), reverse("deadletters:list")),
         "approval_threshold": approval_threshold(),
+        "canary_default": setting("CANARY_SIZE"),
+        "canary_too_large": canary_too_large,
         # A replay's destination as typed (its refusal, if any, is beside its field).
         "to_queue": to_queue,
         # The paused queues it would send jobs to: allowed (they wait there), and said.

@@ -78,12 +78,13 @@ def record_worker(
     failed: int,
     current_job_ids: Sequence[int],
     tallies: dict[tuple[datetime, str, str], Tally],
+    last_claim_at: datetime | None = None,
     now: datetime | None = None,
     using: str = "default",
 ) -> str:
-    """Upsert the worker's record and add its tallies to the per-minute counters and timing
-    buckets, atomically; returns the operator's command waiting for it ("quiet", "stop" or
-    "")."""
+    """Upsert the worker's record (with `last_claim_at`, when a claim last leased it a job)
+    and add its tallies to the per-minute counters and timing buckets, atomically; returns the
+    operator's command waiting for it ("quiet", "stop" or "")."""
     now = now or timezone.now()
     connection = connections[using]
     ts = connection.ops.adapt_datetimefield_value
@@ -100,6 +101,8 @@ def record_worker(
                 "jobs_succeeded": succeeded,
                 "jobs_failed": failed,
                 "current_job_ids": list(current_job_ids),
+                # Kept as it is when not given (a record written by other code than a worker).
+                **({"last_claim_at": last_claim_at} if last_claim_at is not None else {}),
             },
         )
         if tallies:

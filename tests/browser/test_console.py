@@ -141,7 +141,7 @@ def test_run_page_ledger_follows_progress_and_settles_after_the_run(page, live_s
     expect(ledger).to_have_count(4)
     expect(page.locator("td.new-job").first).to_contain_text("(pending)")
     Job.objects.filter(replayed_from__in=letters).update(state="done")
-    expect(page.locator("td.new-job", has_text="(succeeded)")).to_have_count(4)
+    expect(page.locator("td.new-job", has_text="(done)")).to_have_count(4)
     expect(page.locator("#live")).not_to_have_attribute("hx-trigger", re.compile("every"))
 
 

@@ -159,7 +159,7 @@ ENDPOINTS = {
         "health/workers/",
     ),
     "jobs": (["GET"], list(JobFilterForm.base_fields), "jobs/"),
-    "job-counts": (["GET"], ["backend", "state"], "jobs/counts/"),
+    "job-counts": (["GET"], ["backend", *JobFilterForm.base_fields], "jobs/counts/"),
     "job": (["GET"], [], "jobs/{job}/"),
     "job-act": (["POST"], ["action", *actions.JobForm.base_fields], "jobs/{job}/act/"),
     "job-preview": (["POST"], list(JobSelectionForm.base_fields), "jobs/preview/"),

@@ -115,7 +115,7 @@ def test_each_queue_row_pauses_and_resumes_its_queue_through_htmx(operator_clien
     row = queue_row(html, "mail")
     assert 'name="queue" value="mail"' in row and 'name="action" value="pause"' in row
     assert 'aria-label="Pause mail"' in row and "at most 2/s" in row
-    assert "<code>web-1:42</code> 1" in row  # running now, per worker
+    assert '<code class="ident">web-1:<wbr>42</code> 1' in row  # running now, per worker
     # The row's form posts through htmx; the redirect it follows brings the health part back,
     # saying what happened inside it (the page's own message list is not swapped).
     htmx = {"HX-Request": "true"}
@@ -206,7 +206,7 @@ def test_oldest_ready_ages_read_as_durations_in_the_figure_and_both_queue_tables
     # The test's own seconds may pass between the enqueue and the read.
     assert re.search(r'data-label="Oldest ready">3 min 1[2-5] s</td>', queue_row(html, "sms"))
     by_task = html[html.index('class="grid queues"') :]
-    mail = by_task[by_task.index("<code>shop.mail</code>") :].split("</tr>")[0]
+    mail = by_task[by_task.index('<code class="ident">shop.<wbr>mail</code>') :].split("</tr>")[0]
     assert '<td class="num">1 d</td>' in mail
     assert "86403" not in html and "86402" not in html
 

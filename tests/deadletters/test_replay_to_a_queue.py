@@ -310,7 +310,7 @@ def test_the_replayed_job_runs_from_the_new_queue_and_not_from_the_old():
     letter.refresh_from_db()
     assert (job.state, job.queue_name) == (JobState.DONE, "slow")
     assert (letter.state, letter.queue_name) == (DeadLetterState.REPLAYED, "default")
-    assert run.items.select_related("job").get().job_outcome == "succeeded"
+    assert run.items.select_related("job").get().job_outcome == "done"
 
 
 # --- the console ---------------------------------------------------------------------------------

@@ -249,7 +249,7 @@ def test_background_runner_on_a_real_worker(small_batches):
     assert set(Job.objects.filter(replayed_from__isnull=False).values_list("state", flat=True)) == {
         JobState.DONE
     }
-    assert {item.job_outcome for item in run.items.select_related("job")} == {"succeeded"}
+    assert {item.job_outcome for item in run.items.select_related("job")} == {"done"}
 
 
 def test_previews_nobody_confirmed_expire_after_a_day_and_runs_keep_theirs(operator):

@@ -304,7 +304,7 @@ def test_an_outbox_dead_letter_replayed_through_the_cli_is_audited_with_its_outc
     second = replay()
     relay.step()
     assert hook_server.ids() == [message_id]
-    assert (first.job_outcome, second.job_outcome) == ("failed again", "succeeded")
+    assert (first.job_outcome, second.job_outcome) == ("failed again", "done")
     letter.refresh_from_db()
     assert letter.replays == 2 and letter.state == DeadLetterState.REPLAYED
 

@@ -197,7 +197,7 @@ def test_replay_enqueues_from_the_failure_row_and_follows_the_outcome(bridge_on)
     save(result(pack, success=True))
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.REPLAYED
-    assert ReplayItem.objects.get(run=run).job_outcome == "succeeded"
+    assert ReplayItem.objects.get(run=run).job_outcome == "done"
 
 
 def test_replay_that_dies_again_returns_the_same_letter_to_pending(bridge_on, burials):

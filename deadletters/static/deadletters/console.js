@@ -65,6 +65,43 @@ function stopPolling(event) {
   document.querySelectorAll(".poll-error").forEach((note) => (note.hidden = false));
 }
 
+// Keyboard focus survives a refresh. A poll swaps its part for a new one every few seconds;
+// htmx refocuses only an element with an id, so a link or button focused inside the part was
+// lost, and Tab started again from the top of the page: a control further down was never
+// reached. The focused control is found again in the part swapped in (the same kind, target,
+// name and text, the nearest to where it was) and focused, so Tab goes on from there.
+const FOCUSABLE = 'a[href], button, input:not([type="hidden"]), select, textarea, summary, [tabindex]';
+let keptFocus = null;
+
+function focusKey(el) {
+  return [el.tagName, el.getAttribute("href"), el.getAttribute("name"), el.getAttribute("value"),
+    el.getAttribute("aria-label"), el.textContent.trim().slice(0, 80)].join("|");
+}
+
+document.addEventListener("htmx:beforeSwap", (event) => {
+  keptFocus = null;
+  const part = event.detail.target;
+  const active = document.activeElement;
+  if (!part || !part.id || !active || active === document.body || !part.contains(active)) return;
+  const all = Array.from(part.querySelectorAll(FOCUSABLE));
+  keptFocus = { part: part.id, index: all.indexOf(active), key: focusKey(active) };
+});
+document.addEventListener("htmx:afterSettle", () => {
+  const kept = keptFocus;
+  keptFocus = null;
+  // Kept by htmx (an id), or moved by the operator meanwhile: left where it is.
+  if (!kept || (document.activeElement && document.activeElement !== document.body)) return;
+  const part = document.getElementById(kept.part);
+  if (!part) return;
+  const all = Array.from(part.querySelectorAll(FOCUSABLE));
+  const same = all.filter((el) => focusKey(el) === kept.key);
+  const distance = (el) => Math.abs(all.indexOf(el) - kept.index);
+  const found = same.length
+    ? same.reduce((best, el) => (distance(el) < distance(best) ? el : best))
+    : all[Math.min(Math.max(kept.index, 0), all.length - 1)];
+  if (found) found.focus({ preventScroll: true });
+});
+
 // "Select this page" ticks every row checkbox of the table it heads.
 document.addEventListener("change", (event) => {
   if (!event.target.matches(".select-page")) return;
