@@ -41,6 +41,7 @@ def pytest_collection_modifyitems(config, items):
         if parts and parts[0] in ENGINE_DIRS:
             item.add_marker(pytest.mark.engine)
 
+
 # Production refuses to start without a SECRET_KEY (config/secret_key.py) and the tests run with
 # DEBUG off, so they bring a key of their own: in the environment for every process they start
 # (workers, relays, qcluster), and in the settings pytest-django loaded before this file.
