@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connections
-from django.db.models import BigIntegerField, F, OuterRef, Q, Subquery, Sum
+from django.db.models import BigIntegerField, Count, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -525,35 +525,43 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
     """What a run of these ids (letters of the queue database `using`) would do now, by the
     same rules the run applies per batch."""
     max_replays = setting("MAX_REPLAYS")
-    found = {}
-    for chunk in in_chunks(ids):
-        for pk, *row in (
-            DeadLetter.objects.using(using)
-            .filter(pk__in=chunk)
-            .values_list("pk", "state", "replays", "task_path", "queue_name", "source")
-        ):
-            found[pk] = row
     result = Preview(action=action, total=len(ids))
     types, skipped, queues, fixed = Counter(), Counter(), Counter(), Counter()
-    for pk in ids:
-        if pk not in found:
-            skipped[store.SKIP_MISSING] += 1
-            continue
-        state, replays, path, queue, source = found[pk]
-        types[path] += 1
-        queues[queue] += 1
-        fixed[source] += 1
-        if replays:
-            result.previously_replayed += 1
-        if state != DeadLetterState.PENDING:
-            skipped[store.SKIP_REASONS[state]] += 1
-        elif action == Action.REPLAY and replays >= max_replays and not allow_poisoned:
-            result.poisoned += 1
-            skipped[POISON_REASON.format(n=max_replays)] += 1
-        else:
-            if action == Action.REPLAY and replays >= max_replays:
-                result.poisoned += 1
-            result.will_act += 1
+    found = 0
+    # Counted by the database, a row per kind of letter: a 100,000-letter selection reads a
+    # few hundred rows, not 100,000 (ids are distinct: services._selected).
+    for chunk in in_chunks(ids):
+        kinds = (
+            DeadLetter.objects.using(using)
+            .filter(pk__in=chunk)
+            .order_by()
+            .values_list("state", "task_path", "queue_name", "source")
+            .annotate(
+                n=Count("pk"),
+                replayed=Count("pk", filter=Q(replays__gt=0)),
+                poisoned=Count("pk", filter=Q(replays__gte=max_replays)),
+            )
+        )
+        for state, path, queue, source, n, replayed, poisoned in kinds:
+            found += n
+            types[path] += n
+            queues[queue] += n
+            fixed[source] += n
+            result.previously_replayed += replayed
+            if state != DeadLetterState.PENDING:
+                skipped[store.SKIP_REASONS[state]] += n
+            elif action != Action.REPLAY:
+                result.will_act += n
+            elif allow_poisoned:
+                result.poisoned += poisoned
+                result.will_act += n
+            else:
+                result.poisoned += poisoned
+                if poisoned:
+                    skipped[POISON_REASON.format(n=max_replays)] += poisoned
+                result.will_act += n - poisoned
+    if found < len(ids):
+        skipped[store.SKIP_MISSING] += len(ids) - found
     result.by_type = types.most_common()
     result.skipped = skipped.most_common()
     result.queues = queues.most_common()
