@@ -132,7 +132,7 @@ def test_terminal_failures_appear_once_replay_runs_once_and_the_audit_shows_it(c
     page = client.get(response.url).content.decode()
     assert re.search(
         rf'<code class="external-id">{item.external_id}</code> '
-        r'\(<span class="external-outcome">succeeded</span>\)',
+        r'\(<span class="external-outcome">done</span>\)',
         page,
     )
     assert cluster.stop(), "qcluster left processes behind"
