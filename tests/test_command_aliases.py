@@ -21,12 +21,12 @@ from django.core import management
 from django.db import transaction
 from django.utils import timezone
 
-from deadletters.models import Selection
+from deadletters.models import ReplayRun, Selection
 from jobqueue import store
 from jobqueue.models import AuditEntry, Job
 from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
-from tests.factories import JobFactory, UserFactory
+from tests.factories import DeadLetterFactory, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -142,15 +142,29 @@ class Rollback(Exception):
     pass
 
 
-# Rows an action makes anew (a frozen selection, the job a schedule's run enqueues) have a new
-# id each time: named, not numbered, where an outcome or an entry gives them.
-NEW_ROWS = ("selection", "job")
+# Rows an action makes anew (a frozen selection, the job a schedule's run enqueues, a replay
+# run) have a new id each time: named, not numbered, where an outcome or an entry gives them.
+NEW_ROWS = {"selection": Selection, "job": Job, "run": ReplayRun}
 
 
-def named(data: dict, new: set[int]) -> dict:
+def newest() -> dict[str, int]:
+    return {
+        kind: model.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        for kind, model in NEW_ROWS.items()
+    }
+
+
+def made_since(before: dict[str, int]) -> dict[str, set[int]]:
+    return {
+        kind: set(model.objects.filter(id__gt=before[kind]).values_list("id", flat=True))
+        for kind, model in NEW_ROWS.items()
+    }
+
+
+def named(data: dict, new: dict[str, set[int]]) -> dict:
     return {
         k: f"<new {k}>"
-        if k in NEW_ROWS and data[k] in new
+        if k in NEW_ROWS and data[k] in new[k]
         else named_in(v, new)
         if isinstance(v, str)
         else v
@@ -158,13 +172,15 @@ def named(data: dict, new: set[int]) -> dict:
     }
 
 
-def named_in(text: str, new: set[int]) -> str:
-    return re.sub(
-        r"\b(job|Selection) (\d+)", lambda m: f"{m[1]} <new>" if int(m[2]) in new else m[0], text
-    )
+def named_in(text: str, new: dict[str, set[int]]) -> str:
+    def name(m):
+        kind = m[1].lower()
+        return f"{m[1]} <new>" if int(m[3]) in new[kind] else m[0]
+
+    return re.sub(r"\b(job|Selection|Run|run) (#?)(\d+)", name, text)
 
 
-def entries_after(since: int, new: set[int]) -> list[dict]:
+def entries_after(since: int, new: dict[str, set[int]]) -> list[dict]:
     """The entries written since `since`, as what they say (not where they are in the chain)."""
     rows = AuditEntry.objects.filter(id__gt=since).order_by("id")
     return [
@@ -174,7 +190,12 @@ def entries_after(since: int, new: set[int]) -> list[dict]:
             "channel": e.channel,
             "token": e.token,
             "target_kind": e.target_kind,
-            "targets": e.targets,
+            "targets": [
+                f"<new {e.target_kind}>"
+                if t.isdigit() and int(t) in new.get(e.target_kind, ())
+                else t
+                for t in e.targets
+            ],
             "reason": e.reason,
             "params": named(e.params, new),
             "outcome": e.outcome,
@@ -183,24 +204,20 @@ def entries_after(since: int, new: set[int]) -> list[dict]:
     ]
 
 
-def outcome(text: str, as_json: bool, new: set[int]):
+def outcome(text: str, as_json: bool, new: dict[str, set[int]]):
     return named(json.loads(text), new) if as_json else named_in(text, new)
 
 
 def tried(through, alias: Alias, target: str, user: str, as_json: bool, *, keep=False):
     """What `through` printed and wrote; undone after (a savepoint) unless `keep`."""
     since = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
-    jobs = Job.objects.order_by("-id").values_list("id", flat=True).first() or 0
-    selections = Selection.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    before = newest()
     extra = ("--json",) if as_json else ()
     seen = {}
     try:
         with transaction.atomic():
             result = through(alias, target, user, *extra)
-            new = {
-                *Job.objects.filter(id__gt=jobs).values_list("id", flat=True),
-                *Selection.objects.filter(id__gt=selections).values_list("id", flat=True),
-            }
+            new = made_since(before)
             seen = {
                 "code": result.code,
                 "out": outcome(result.out, as_json, new) if result.code == 0 else result.out,
@@ -261,4 +278,56 @@ def test_without_the_console_app_the_alias_names_the_act_command(key, monkeypatc
     assert result.refused_cleanly, result
     assert f"manage.py act {alias.action}" in result.err
     assert "INSTALLED_APPS" in result.err
+    assert row_counts() == before
+
+
+# --- the console app's own commands that act: `deadletters replay|discard` ------------------
+# Not aliases yet (they drive the run themselves, in the command, and print its progress), but
+# checked by the registry, with its messages, and audited as `act` audits the same action.
+
+
+@pytest.mark.parametrize("verb", ["replay", "discard"])
+def test_deadletters_replay_and_discard_write_the_entry_act_writes(verb):
+    letter = str(DeadLetterFactory().pk)
+    user_with_role("operator", "ana")
+
+    def by_act(alias, target, user, *extra):
+        frozen = run("act", f"letters.{verb}", "--ids", target, "--operator", user, "--json")
+        selection = json.loads(frozen.out)["selection"]
+        return run("act", "confirm", str(selection), *REASON, "--operator", user)
+
+    def by_command(alias, target, user, *extra):
+        return run("deadletters", verb, target, *REASON, "--operator", user)
+
+    act_did = tried(by_act, None, letter, "ana", False)
+    assert act_did["code"] == 0, act_did["err"]
+    command_did = tried(by_command, None, letter, "ana", False, keep=True)
+    assert command_did["code"] == 0, command_did["err"]
+    assert command_did["entries"] == act_did["entries"]
+    assert [e["action"] for e in act_did["entries"]] == [f"letters.{verb}"]
+
+
+@pytest.mark.parametrize(
+    ("verb", "role", "extra"),
+    [
+        ("replay", "viewer", ()),
+        ("discard", "viewer", ()),
+        ("replay", None, ()),
+        ("replay", "operator", ("--allow-poisoned",)),  # the poison permission: admins only
+    ],
+)
+def test_deadletters_replay_and_discard_refuse_with_the_registrys_message(verb, role, extra):
+    letter = str(DeadLetterFactory().pk)
+    if role:
+        user_with_role(role, "vera")
+    else:
+        UserFactory(username="vera")
+    before = row_counts()
+    refused = run("deadletters", verb, letter, *REASON, "--operator", "vera", *extra)
+    assert refused.refused_cleanly, refused
+    if extra:  # `act` checks it at the confirm step, with this message
+        assert "Not allowed: this needs the permission deadletters.replay_poisoned." in refused.err
+    else:
+        by_act = run("act", f"letters.{verb}", "--ids", letter, "--operator", "vera")
+        assert refused.err == by_act.err
     assert row_counts() == before
