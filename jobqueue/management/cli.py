@@ -396,6 +396,58 @@ def operator(username: str, *permissions: str):
     return user
 
 
+# The command every operator action is carried out by: the console app's `manage.py act`, over
+# the one registry of actions (deadletters.actions). Found by name when a command runs, never
+# imported: the engine does not import the console (docs/architecture.md, "The engine's commands
+# that act are aliases of `act`").
+ACT = "act"
+
+
+def act_option(name: str, value) -> str:
+    """An option of `act` with its value in one argument (`--queue=-x` stays a value)."""
+    return f"--{name}={value}"
+
+
+def act(command: BaseCommand, action: str, *argv: str, stdout=None) -> None:
+    """Carry out the registry's action `action` exactly as `manage.py act ACTION ARGV...` does:
+    the same permission check, validation, messages, audit entry and `--json` outcome, written
+    to `command`'s stdout (or `stdout`). Refusals are `act`'s (status 2, one line). Without the
+    console app there is no registry: a usage error naming the `act` command it would be."""
+    from django.core.management import call_command, get_commands
+
+    if ACT not in get_commands():
+        raise usage_error(
+            f"this is `manage.py act {action}`, an operator action of the console app's "
+            "registry; add 'deadletters' to INSTALLED_APPS to carry it out from the command line"
+        )
+    call_command(
+        ACT,
+        action,
+        *argv,
+        stdout=stdout if stdout is not None else getattr(command.stdout, "_out", command.stdout),
+        stderr=getattr(command.stderr, "_out", command.stderr),
+    )
+
+
+def add_act_arguments(parser, action: str, *, json: bool = True):
+    """--reason and --operator (as `act` takes them) and --json (the outcome as `act --json`
+    prints it) of a command that is an alias of the `act` action `action`."""
+    parser.add_argument("--reason", type=text(), required=True, help="Why (kept in the audit log).")
+    parser.add_argument(
+        "--operator",
+        type=operator_name,
+        required=True,
+        help=f"Username it is done and audited as; their permissions apply (`manage.py {ACT} "
+        f"list` names those {action} needs).",
+    )
+    if json:
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="The outcome as one JSON object, as `manage.py act --json` prints it.",
+        )
+
+
 def more_rows(count: int) -> str:
     """The line a listing ends with when it stopped at its limit."""
     return f"… {count} more; use --limit"

@@ -884,7 +884,7 @@ def test_the_cli_replay_over_the_threshold_waits_and_approve_carries_it_out(
 
     for who, message in (
         ("operator", "a second person must approve it"),
-        ("viewer", "lacks deadletters.replay_deadletter"),
+        ("viewer", "Not allowed: this needs the permission deadletters.replay_deadletter."),
         ("ghost", "No user 'ghost'"),
     ):
         refused = run_command("deadletters", "approve", str(run.pk), "--operator", who)

@@ -1,5 +1,6 @@
 """Run now and cancel on queued jobs: only jobs that have not started change, each audited."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -149,18 +150,26 @@ def test_the_jobs_command_runs_now_and_cancels_as_the_console_does_audited_as_cl
     running = JobFactory(running=True)
     before = row_counts()
     refused = run("jobs", "cancel", str(waiting.pk), "--operator", "nobody", "--reason", "r")
-    assert refused.refused_cleanly and "lacks jobqueue.act_on_job" in refused.err
+    assert refused.refused_cleanly
+    assert "Not allowed: this needs the permission deadletters.view_deadletter." in refused.err
     assert run("jobs", "cancel", "0", "--operator", "ops", "--reason", "r").refused_cleanly
     assert row_counts() == before
 
+    # `act jobs.cancel --ids ...` then `act confirm`, in one command: the registry's messages.
     done = run(
         "jobs", "cancel", str(waiting.pk), str(running.pk), "--operator", "ops", "--reason", "off"
     )
-    assert done.code == 0 and done.out.strip() == (
-        "1 job cancelled; 1 left alone (started, finished, gone or not waiting)"
-    )
-    moved = run("jobs", "run-now", str(other.pk), "--operator", "ops", "--reason", "vip")
-    assert moved.code == 0 and moved.out.strip() == "1 job made due now"
+    assert done.code == 0 and done.out.strip() == "1 job cancelled; 1 skipped (no longer waiting)."
+    moved = run("jobs", "run-now", str(other.pk), "--operator", "ops", "--reason", "vip", "--json")
+    assert moved.code == 0
+    outcome = json.loads(moved.out)
+    assert outcome == {
+        "changed": True,
+        "message": "1 job made due now.",
+        "selection": outcome["selection"],
+        "changed_ids": [other.pk],
+        "skipped": 0,
+    }
     assert Job.objects.get(pk=waiting.pk).state == JobState.CANCELLED
     assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
     assert Job.objects.get(pk=other.pk).run_after <= timezone.now()

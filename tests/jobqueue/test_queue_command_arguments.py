@@ -422,7 +422,11 @@ def test_queues_arguments(argv):
     from tests.factories import UserFactory
 
     admin, _ = UserFactory._meta.model.objects.get_or_create(username="queue-admin")
-    admin.user_permissions.add(Permission.objects.get(codename="pause_queue"))
+    # What `act queue.pause|resume` checks (the queues command is its alias).
+    admin.user_permissions.add(
+        Permission.objects.get(codename="pause_queue"),
+        Permission.objects.get(codename="view_deadletter", content_type__app_label="deadletters"),
+    )
     before = row_counts()
     result = run("queues", *argv)
     assert result.code in (0, 2), result

@@ -96,8 +96,15 @@ def test_health_queuehealth_and_metrics_show_a_paused_queue(settings, client):
 
 @pytest.mark.django_db
 def test_the_queues_command_pauses_lists_and_resumes_for_an_operator_with_the_permission():
+    """`queues pause|resume` are `act queue.pause|resume`: the registry's permissions (the
+    console's view and jobqueue.pause_queue), refusals and messages."""
     enqueue("mail", 3)
     nobody = UserFactory(username="nobody")
+    refused = run("queues", "pause", "mail", "--reason", "x", "--operator", nobody.username)
+    assert refused.refused_cleanly and "Not allowed: this needs the permission" in refused.err
+    nobody.user_permissions.add(
+        Permission.objects.get(codename="view_deadletter", content_type__app_label="deadletters")
+    )
     refused = run("queues", "pause", "mail", "--reason", "x", "--operator", nobody.username)
     assert refused.refused_cleanly and "jobqueue.pause_queue" in refused.err
     assert run("queues", "pause", "mail", "--reason", "x", "--operator", "ghost").refused_cleanly
@@ -106,14 +113,20 @@ def test_the_queues_command_pauses_lists_and_resumes_for_an_operator_with_the_pe
 
     nobody.user_permissions.add(Permission.objects.get(codename="pause_queue"))
     done = run("queues", "pause", "mail", "--reason", "SMTP down", "--operator", "nobody")
-    assert done.code == 0 and "mail paused" in done.out
+    assert done.code == 0 and done.out.strip() == "Queue mail paused."
     listing = run("queues", "list", "--json")
     [row] = json.loads(listing.out)
     assert row["queue"] == "mail" and row["paused"] and row["ready"] == 3
     assert row["paused_by"] == "nobody" and row["reason"] == "SMTP down"
     assert "PAUSED by nobody" in run("queues", "list").out
-    again = run("queues", "resume", "mail", "--reason", "back", "--operator", "nobody")
-    assert again.code == 0 and "mail running" in again.out
+    again = run("queues", "resume", "mail", "--reason", "back", "--operator", "nobody", "--json")
+    assert again.code == 0
+    assert json.loads(again.out) == {
+        "changed": True,
+        "message": "Queue mail resumed.",
+        "queue": "mail",
+        "state": "running",
+    }
     assert not PausedQueue.objects.exists()
 
 
@@ -208,4 +221,4 @@ def test_the_queues_command_refuses_an_unknown_queue_unless_told_it_has_no_jobs_
     args = ("--reason", "before its first job", "--operator", operator.username)
     meant = run("queues", "pause", "newq", "--allow-unknown", *args)
     assert meant.code == 0 and "newq paused" in meant.out
-    assert run("queues", "resume", "newq", *args).out.strip() == "newq running"
+    assert run("queues", "resume", "newq", *args).out.strip() == "Queue newq resumed."

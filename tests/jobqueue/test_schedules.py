@@ -268,10 +268,15 @@ def test_sync_creates_updates_keeps_a_pause_and_retires(monkeypatch):
 def test_schedules_command_lists_pauses_resumes_and_runs_with_an_audit():
     schedule = make(overlap=False)
     user = UserFactory(username="ana")
-    assert run("schedules", "pause", schedule.name, "--reason", "r", "--operator", "ana").code != 0
-    user.user_permissions.add(Permission.objects.get(codename="manage_schedule"))
+    refused = run("schedules", "pause", schedule.name, "--reason", "r", "--operator", "ana")
+    assert refused.refused_cleanly and "Not allowed: this needs the permission" in refused.err
+    # `schedules pause|resume|run` are `act schedule.*`: the console's view permission too.
+    user.user_permissions.add(
+        Permission.objects.get(codename="manage_schedule"),
+        Permission.objects.get(codename="view_deadletter", content_type__app_label="deadletters"),
+    )
     result = run("schedules", "pause", schedule.name, "--reason", "hold", "--operator", "ana")
-    assert result.code == 0 and "paused" in result.out
+    assert result.code == 0 and result.out.strip() == f"{schedule.name} paused."
     listed = json.loads(run("schedules", "list", "--json").out)
     assert [(r["name"], r["state"], r["paused_by"]) for r in listed] == [
         (schedule.name, "paused", "ana")

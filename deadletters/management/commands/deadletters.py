@@ -8,7 +8,16 @@ import os
 from django.core.management import CommandError
 from django.db import transaction
 
-from deadletters import conf, databases, exports, redaction, selectors, services, timefilter
+from deadletters import (
+    actions,
+    conf,
+    databases,
+    exports,
+    redaction,
+    selectors,
+    services,
+    timefilter,
+)
 from deadletters.forms import FilterForm, refusal
 from deadletters.models import Action, ReplayRun, RunState
 from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
@@ -408,10 +417,12 @@ class Command(cli.Command):
     def _act(self, action, opts):
         """Every check comes before the preview is printed and before anything is written; the
         selection and its run are written together or not at all."""
-        operator = cli.operator(opts["operator"], VIEW, ACTION_PERMISSION[action])
         allow_poisoned = opts.get("allow_poisoned", False)
-        if allow_poisoned and not operator.has_perm(POISON):
-            raise usage_error(f"{operator} may not replay items past the poison limit.")
+        # The registry's check of letters.replay|discard (and of the poison permission, which
+        # its confirm step checks), with its messages: `act` refuses the same user alike.
+        operator = registry_operator(
+            opts["operator"], f"letters.{action}", *([POISON] if allow_poisoned else [])
+        )
         typed = {name: opts[name] for name in FILTERS if opts[name]}
         bounds = bounds_of(opts)
         if opts["ids"]:
@@ -688,7 +699,8 @@ class Command(cli.Command):
         if run is None:
             raise usage_error(f"No replay run {opts['run']}")
         needed = [ACTION_PERMISSION[run.action]] + ([POISON] if run.allow_poisoned else [])
-        operator = cli.operator(opts["operator"], VIEW, *needed)
+        # As the registry's run.approve checks them, with its messages.
+        operator = registry_operator(opts["operator"], "run.approve", *needed)
         try:
             run = services.approve(run, operator=operator, background=False, channel="cli")
         except services.RefusedError as exc:
@@ -702,6 +714,19 @@ class Command(cli.Command):
             f"run {run.pk} {run.state}: {run.done} {run.action}ed, {run.skipped} skipped "
             f"in {run.batches} batch(es)"
         )
+
+
+def registry_operator(username: str, action: str, *more: str):
+    """The active user `username`, if the registry lets them do `action` and holds `more`
+    permissions besides: refused otherwise with the registry's message, as `manage.py act`
+    refuses them (status 2, one line)."""
+    user = cli.operator(username)
+    try:
+        actions.check(action, user)
+        actions.Actor(user, "cli").require(*more)
+    except actions.Missing as exc:
+        raise usage_error(str(exc)) from None
+    return user
 
 
 def _to_file(write, *args, path: str):

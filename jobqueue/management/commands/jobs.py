@@ -1,4 +1,10 @@
+"""`manage.py jobs`: list jobs, show one; `run-now` and `cancel` are aliases of the registry's
+bulk actions `jobs.run_now` and `jobs.cancel` (`manage.py act`, found by name when run: the
+engine never imports the console), frozen and confirmed in one command."""
+
 import argparse
+import io
+import json
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -25,25 +31,41 @@ FIELDS = [
 ]
 
 
-PERMISSION = "jobqueue.act_on_job"
 JOB_ID = cli.integer(1, MAX_ID, "a job id")
-# At most this many jobs in one command, as in one frozen selection of the console.
-MAX_JOBS = 100_000
 
 
 class Command(cli.Command):
     # A quick shell tool: its output stays one line per result, without system-check noise.
     requires_system_checks = []
-    help = "List jobs, newest first; show one; or run queued ones now, or cancel them (audited)."
+    help = (
+        "List jobs, newest first; show one; or run queued ones now, or cancel them "
+        "(`manage.py act jobs.run_now|jobs.cancel`, audited)."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=False)
         for name, verb in (("run-now", "Make these waiting jobs due now"), ("cancel", "Cancel")):
+            action = f"jobs.{name.replace('-', '_')}"
             each = sub.add_parser(
-                name, help=f"{verb} (only jobs not started; running ones are left alone)."
+                name,
+                help=f"{verb} (only jobs not started; running ones are left alone); as "
+                f"`manage.py act {action} --ids ...` then `act confirm`.",
             )
             each.add_argument("ids", nargs="+", type=JOB_ID, help="Job ids.")
-            cli.add_audit_arguments(each, PERMISSION)
+            cli.add_act_arguments(each, action, json=False)
+            each.add_argument(
+                "--backend",
+                type=cli.text(),
+                default=None,
+                help="The Redrive TASKS backend whose jobs they are (default: the default one).",
+            )
+            # No default of its own: `jobs --json cancel ID` keeps the --json given before it.
+            each.add_argument(
+                "--json",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="The outcome as one JSON object, as `manage.py act confirm --json` prints it.",
+            )
         show = sub.add_parser(
             "show",
             help="One job: its state, times, failed attempts, and its arguments' shape (type, "
@@ -174,27 +196,21 @@ class Command(cli.Command):
             self.stdout.write(cli.one_line(f"{key}: {'-' if value is None else value}"))
 
     def _act(self, opts):
-        """The console's run now and cancel, through the same store function and audit."""
-        operator = cli.operator(opts["operator"], PERMISSION).get_username()
-        ids = list(dict.fromkeys(opts["ids"]))
-        if len(ids) > MAX_JOBS:
-            raise cli.usage_error(f"at most {MAX_JOBS:,} jobs at once")
-        run_now = opts["command"] == "run-now"
-        change = store.job_actions.run_now if run_now else store.job_actions.cancel
-        try:
-            changed = change(ids, actor=operator, reason=opts["reason"], channel="cli")
-        except ValueError as exc:
-            raise cli.usage_error(exc) from None
-        verb = "made due now" if opts["command"] == "run-now" else "cancelled"
-        skipped = len(ids) - len(changed)
-        self.stdout.write(
-            f"{len(changed)} job{'s' if len(changed) != 1 else ''} {verb}"
-            + (
-                f"; {skipped} left alone (started, finished, gone or not waiting)"
-                if skipped
-                else ""
-            )
-        )
+        """An alias of the registry's bulk action `jobs.run_now` or `jobs.cancel`, both of its
+        steps in one command, as `manage.py act jobs.run_now --ids ...` then `act confirm`:
+        the same permission check, messages, audit entries and --json outcome."""
+        verb = "run_now" if opts["command"] == "run-now" else "cancel"
+        operator = cli.act_option("operator", opts["operator"])
+        select = ["--ids", *(str(pk) for pk in dict.fromkeys(opts["ids"]))]
+        if opts["backend"]:
+            select.append(cli.act_option("backend", opts["backend"]))
+        frozen = io.StringIO()
+        cli.act(self, f"jobs.{verb}", *select, operator, "--json", stdout=frozen)
+        selection = json.loads(frozen.getvalue())["selection"]
+        confirm = [str(selection), cli.act_option("reason", opts["reason"]), operator]
+        if opts["json"]:
+            confirm.append("--json")
+        cli.act(self, "confirm", *confirm)
 
 
 def listed(row: dict, now) -> dict:

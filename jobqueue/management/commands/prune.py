@@ -1,6 +1,16 @@
+"""`manage.py prune`: delete what is past its retention, and say so in the audit log.
+
+Each run is one entry of the audit log (`chore.prune`, channel `cli`), written by the one writer
+(jobqueue.store.audit.record) after the deletes: how many rows of each kind it deleted and the
+retentions it used. Prune is also a scheduled chore (cron, or the leader's `Prune`), so
+`--operator` is optional: without it the entry's actor is `system`; with it, the named user
+(active; prune needs no permission of the console's, being housekeeping, not an operator's
+action on a target).
+"""
+
 from django.utils import timezone
 
-from jobqueue import chores
+from jobqueue import chores, store
 from jobqueue.management import cli
 
 # A century: older cut-offs are a typo, and date arithmetic overflows not far beyond.
@@ -53,8 +63,20 @@ class Command(cli.Command):
         parser.add_argument(
             "--json", action="store_true", help="What was deleted, as one JSON object."
         )
+        parser.add_argument(
+            "--operator",
+            type=cli.operator_name,
+            default=None,
+            help="Username the audit entry names (an active user); without it, `system` (a "
+            "scheduled run).",
+        )
+        parser.add_argument(
+            "--reason", type=cli.text(), default=None, help="Why (kept in the audit log)."
+        )
 
     def handle(self, *args, **opts):
+        # Refused before anything is deleted: an unknown or inactive user.
+        actor = cli.operator(opts["operator"]).get_username() if opts["operator"] else SYSTEM_ACTOR
         report = chores.prune(
             chores.Retention(
                 outbox=opts["older_than"],
@@ -64,6 +86,7 @@ class Command(cli.Command):
             ),
             now=timezone.now(),
         )
+        record(report, actor=actor, reason=opts["reason"] or "")
         if opts["json"]:
             self.stdout.write(
                 cli.json_text(
@@ -76,3 +99,25 @@ class Command(cli.Command):
             return
         for _, deleted, days, words in report:
             self.stdout.write(f"pruned {deleted} {words} {days:g} days")
+
+
+# Who a run without --operator is audited as: the scheduler that runs it (cron, a timer).
+SYSTEM_ACTOR = "system"
+
+
+def record(report, *, actor: str, reason: str = "", using: str = "default"):
+    """One audit entry for one run of prune: how many rows of each kind it deleted, and the
+    retention (days) it kept each to."""
+    return store.audit.record(
+        "chore.prune",
+        actor=actor,
+        channel="cli",
+        target_kind="chore",
+        targets=["prune"],
+        reason=reason,
+        params={
+            "deleted": {what: deleted for what, deleted, _, _ in report},
+            "older_than_days": {what: days for what, _, days, _ in report},
+        },
+        using=using,
+    )

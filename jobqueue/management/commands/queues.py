@@ -1,3 +1,7 @@
+"""`manage.py queues`: list queues; `pause` and `resume` are aliases of `manage.py act
+queue.pause|queue.resume`, the registry's actions (found by name when run: the engine never
+imports the console), so they check the same permissions, say the same and audit the same."""
+
 from jobqueue import store
 from jobqueue.health import snapshot
 from jobqueue.management import cli
@@ -6,21 +10,28 @@ from jobqueue.models import UNFINISHED, PausedQueue
 # A queue's live figures: its jobs not finished, by state (jobqueue.models.JobStatus).
 LIVE = tuple(status.value for status in UNFINISHED)
 
-PERMISSION = "jobqueue.pause_queue"
-
 
 class Command(cli.Command):
     requires_system_checks = []
-    help = "List queues, and pause or resume one (audited)."
+    help = "List queues, and pause or resume one (`manage.py act queue.pause|resume`, audited)."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=True)
         listing = sub.add_parser("list", help="Queues with live jobs or paused, and their state.")
         listing.add_argument("--json", action="store_true", help="One JSON array of objects.")
         for name, verb in (("pause", "Stop every worker claiming from"), ("resume", "Resume")):
-            each = sub.add_parser(name, help=f"{verb} a queue (running jobs finish).")
+            each = sub.add_parser(
+                name,
+                help=f"{verb} a queue (running jobs finish); as `manage.py act queue.{name}`.",
+            )
             each.add_argument("queue", type=cli.column(PausedQueue, "queue_name"))
-            cli.add_audit_arguments(each, PERMISSION)
+            cli.add_act_arguments(each, f"queue.{name}")
+            each.add_argument(
+                "--backend",
+                type=cli.text(),
+                default=None,
+                help="The Redrive TASKS backend whose queue it is (default: the default one).",
+            )
             if name == "pause":
                 each.add_argument(
                     "--allow-unknown",
@@ -31,30 +42,20 @@ class Command(cli.Command):
     def handle(self, *args, **opts):
         if opts["command"] == "list":
             return self._list(opts["json"])
-        operator = cli.operator(opts["operator"], PERMISSION).get_username()
-        try:
-            if opts["command"] == "pause":
-                changed = store.queues.pause(
-                    opts["queue"],
-                    actor=operator,
-                    reason=opts["reason"],
-                    allow_unknown=opts["allow_unknown"],
-                    channel="cli",
-                )
-            else:
-                changed = store.queues.resume(
-                    opts["queue"], actor=operator, reason=opts["reason"], channel="cli"
-                )
-        except store.queues.UnknownQueue as exc:
-            raise cli.usage_error(
-                f"Nothing paused: {exc}; --allow-unknown pauses it before its first job"
-            ) from None
-        except ValueError as exc:
-            raise cli.usage_error(exc) from None
-        state = "paused" if opts["command"] == "pause" else "running"
-        self.stdout.write(
-            f"{opts['queue']} {state}" if changed else f"{opts['queue']} was already {state}"
-        )
+        # An alias of `manage.py act queue.pause|queue.resume` (the registry's action): the
+        # same permission check, messages, audit entry and --json outcome.
+        argv = [cli.act_option("queue", opts["queue"])]
+        if opts.get("allow_unknown"):
+            argv.append("--allow-unknown")
+        if opts["backend"]:
+            argv.append(cli.act_option("backend", opts["backend"]))
+        argv += [
+            cli.act_option("reason", opts["reason"]),
+            cli.act_option("operator", opts["operator"]),
+        ]
+        if opts["json"]:
+            argv.append("--json")
+        cli.act(self, f"queue.{opts['command']}", *argv)
 
     def _list(self, as_json):
         # The health snapshot's figures, summed per queue (it counts by queue and task).

@@ -1,10 +1,12 @@
+"""`manage.py schedules`: list, show and sync periodic jobs; `pause`, `resume` and `run` are
+aliases of `manage.py act schedule.pause|resume|run`, the registry's actions (found by name when
+run: the engine never imports the console), so they check, say and audit the same."""
+
 from django.db.models import F
 
-from jobqueue import schedules, store
+from jobqueue import schedules
 from jobqueue.management import cli
 from jobqueue.models import Job, Schedule, ScheduleRun
-
-PERMISSION = "jobqueue.manage_schedule"
 
 
 class Command(cli.Command):
@@ -36,9 +38,11 @@ class Command(cli.Command):
             ("resume", "Resume ticking (missed ticks follow its catch_up)"),
             ("run", "Enqueue a run now, outside the ticks"),
         ):
-            each = sub.add_parser(name, help=f"{verb}: a schedule.")
+            each = sub.add_parser(
+                name, help=f"{verb}: a schedule; as `manage.py act schedule.{name}`."
+            )
             each.add_argument("schedule", type=cli.column(Schedule, "name"))
-            cli.add_audit_arguments(each, PERMISSION)
+            cli.add_act_arguments(each, f"schedule.{name}")
 
     def handle(self, *args, **opts):
         command = opts["command"]
@@ -48,19 +52,16 @@ class Command(cli.Command):
             return self._show(opts)
         if command == "sync":
             return self._sync()
-        operator = cli.operator(opts["operator"], PERMISSION).get_username()
-        name, reason = opts["schedule"], opts["reason"]
-        try:
-            if command == "run":
-                job = schedules.run_now(name, actor=operator, reason=reason, channel="cli")
-                self.stdout.write(f"{name}: job {job.pk} enqueued")
-                return
-            change = store.schedules.pause if command == "pause" else store.schedules.resume
-            changed = change(name, actor=operator, reason=reason, channel="cli")
-        except ValueError as exc:
-            raise cli.usage_error(exc) from None
-        state = "paused" if command == "pause" else "running"
-        self.stdout.write(f"{name} {state}" if changed else f"{name} was already {state}")
+        # An alias of `manage.py act schedule.pause|resume|run` (the registry's action): the
+        # same permission check, messages, audit entry and --json outcome.
+        argv = [
+            cli.act_option("schedule", opts["schedule"]),
+            cli.act_option("reason", opts["reason"]),
+            cli.act_option("operator", opts["operator"]),
+        ]
+        if opts["json"]:
+            argv.append("--json")
+        cli.act(self, f"schedule.{command}", *argv)
 
     def _sync(self):
         try:
