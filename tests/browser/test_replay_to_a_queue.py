@@ -31,6 +31,8 @@ def a_worker_of(queue):
 
 def confirm_page(page, live_server, letters):
     page.goto(f"{live_server.url}/deadletters/list/")
+    # The count arrives after the page; ticking before it lands raced its swap (CI, 390 px).
+    expect(page.locator(".select-all")).to_contain_text(f"Select all {len(letters)} matching")
     for letter in letters:
         page.check(f'input[name="ids"][value="{letter.pk}"]')
     page.click('button[value="replay"]')
