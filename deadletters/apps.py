@@ -3,6 +3,8 @@ import logging
 from django.apps import AppConfig
 from django.core import checks
 
+from jobqueue.logfmt import log_line
+
 logger = logging.getLogger("deadletters")
 
 
@@ -68,4 +70,7 @@ def register_sources():
             try:
                 sources.register(name)
             except Exception as exc:  # noqa: BLE001 - reported by the check, with its reason
-                logger.warning("event=source_not_loaded source=%s error=%s", name, repr(exc)[:300])
+                log_line(
+                    logger, logging.WARNING, "source_not_loaded", source=name,
+                    error=repr(exc)[:300],
+                )  # fmt: skip

@@ -108,8 +108,8 @@ class ScheduleTicks(Chore):
                     worker_fault_point("in_tick")
         except DatabaseError:
             raise  # the caller's backoff handles the database
-        except Exception:
-            logger.exception("event=schedule_error worker=%s", self.who)
+        except Exception:  # noqa: BLE001 - logged with its traceback; the next tick retries
+            log_line(logger, logging.ERROR, "schedule_error", exc_info=True, worker=self.who)
             return False
         return bool(enqueued)
 
@@ -144,8 +144,11 @@ class BrokerMirror(Chore):
         try:
             try:
                 chosen = sources.syncable()
-            except Exception:
-                logger.exception("event=source_sync_error worker=%s source=*", self.who)
+            except Exception:  # noqa: BLE001 - logged with its traceback; the next sync retries
+                log_line(
+                    logger, logging.ERROR, "source_sync_error", exc_info=True, worker=self.who,
+                    source="*",
+                )  # fmt: skip
                 return
             for source in chosen:
                 try:
@@ -160,13 +163,16 @@ class BrokerMirror(Chore):
                         error=exc,
                     )
                     continue
-                except Exception:
-                    logger.exception(
-                        "event=source_sync_error worker=%s source=%s", self.who, source.name
-                    )
+                except Exception:  # noqa: BLE001 - one source's failure must not stop the others
+                    log_line(
+                        logger, logging.ERROR, "source_sync_error", exc_info=True,
+                        worker=self.who, source=source.name,
+                    )  # fmt: skip
                     continue
                 if done.seen or done.errors:
-                    logger.info("event=source_synced worker=%s %s", self.who, done.line())
+                    log_line(
+                        logger, logging.INFO, "source_synced", worker=self.who, **done.counts()
+                    )
                 for error in done.errors:
                     log_line(
                         logger,
@@ -323,8 +329,11 @@ class Chores:
                 woke = chore.run(now) or woke
             except DatabaseError:
                 raise  # the caller's backoff handles the database
-            except Exception:  # a chore's bug must not end the worker that runs it
-                logger.exception("event=chore_failed chore=%s holder=%s", chore.name, self.holder)
+            except Exception:  # noqa: BLE001 - a chore's bug must not end the worker that runs it
+                log_line(
+                    logger, logging.ERROR, "chore_failed", exc_info=True, chore=chore.name,
+                    holder=self.holder,
+                )  # fmt: skip
         return woke
 
     def _may_run(self, now: datetime) -> bool:

@@ -6,7 +6,7 @@ import socket
 import threading
 from contextlib import suppress
 
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_line
 
 logger = logging.getLogger("jobqueue")
 
@@ -26,10 +26,10 @@ def listen_params(connection) -> dict | None:
     if dsn:
         return {"conninfo": dsn}
     if setting("POOLER") == "transaction":
-        logger.info(
-            "event=listener_off reason=pooler hint=%s",
-            logfmt("set REDRIVE['LISTEN_DSN'] to a direct connection to be woken at once"),
-        )
+        log_line(
+            logger, logging.INFO, "listener_off", reason="pooler",
+            hint="set REDRIVE['LISTEN_DSN'] to a direct connection to be woken at once",
+        )  # fmt: skip
         return None
     return connection.get_connection_params()
 
@@ -94,6 +94,6 @@ class Listener(threading.Thread):
                         selector.select(self.IDLE_WAIT)
             except Exception as exc:  # noqa: BLE001 - reconnect; polling covers the gap
                 self.listening.clear()
-                logger.debug("event=listener_error error=%s", logfmt(exc))
+                log_line(logger, logging.DEBUG, "listener_error", error=exc)
                 self._stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

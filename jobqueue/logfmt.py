@@ -38,9 +38,20 @@ def line_text(event: str, **fields) -> str:
     return " ".join(f"{k}={logfmt(v)}" for k, v in {"event": event, **fields}.items())
 
 
-def log_line(log: logging.Logger, level: int, event: str, **fields):
-    if log.isEnabledFor(level):
-        log.log(level, line_text(event, **fields))
+def log_line(log: logging.Logger, level: int, event: str, /, exc_info: bool = False, **fields):
+    """Log one event line (line_text) at `level`; with `exc_info`, the exception in hand's
+    traceback after it, or ` traceback=unprintable` when it cannot be formatted (a task's
+    exception whose __str__ or chain raises: logging's own handler would raise then)."""
+    if not log.isEnabledFor(level):
+        return
+    text = line_text(event, **fields)
+    if not exc_info:
+        log.log(level, text)
+        return
+    try:
+        log.log(level, text, exc_info=True)
+    except BaseException:  # noqa: BLE001 - see above
+        log.log(level, text + " traceback=unprintable")
 
 
 class Formatter(logging.Formatter):

@@ -9,7 +9,7 @@ import socket
 import threading
 import uuid
 
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_line
 
 
 def first_line(exc: BaseException) -> str:
@@ -74,13 +74,10 @@ class Loop:
 
         self.stats.db_errors += 1
         self._db_backoff = next_backoff(self._db_backoff)
-        self._log.warning(
-            "event=database_error %s=%s error=%s retry_in=%.1fs",
-            self._kind,
-            self._ident,
-            logfmt(first_line(exc)),
-            self._db_backoff,
-        )
+        log_line(
+            self._log, logging.WARNING, "database_error", **{self._kind: self._ident},
+            error=first_line(exc), retry_in=f"{self._db_backoff:.1f}s",
+        )  # fmt: skip
         connections[self.using].close()
         self.wake.wait(self._db_backoff)
         self.wake.clear()

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_safe
 from jobqueue.conf import setting
 from jobqueue.databases import queue_databases
 from jobqueue.health import snapshot
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_line
 from jobqueue.loop import first_line
 from jobqueue.timing import RUN, WAIT, timings
 
@@ -73,11 +73,10 @@ class HealthCollector:
                 if not by:
                     raise  # the only database: the scrape fails, which Prometheus reports
                 # One database away must not hide the others' figures: it is reported down.
-                logger.warning(
-                    "event=metrics_backend_unreachable backend=%s error=%s",
-                    q.name,
-                    logfmt(first_line(exc)),
-                )
+                log_line(
+                    logger, logging.WARNING, "metrics_backend_unreachable", backend=q.name,
+                    error=first_line(exc),
+                )  # fmt: skip
                 up.append((q.name, 0))
             else:
                 up.append((q.name, 1))
@@ -198,7 +197,7 @@ def metrics(request):
     except DatabaseError as exc:
         # The queue database is away: a plain 503 the scraper records (the target is down),
         # not a traceback page.
-        logger.warning("event=metrics_unavailable error=%s", logfmt(first_line(exc)))
+        log_line(logger, logging.WARNING, "metrics_unavailable", error=first_line(exc))
         return HttpResponse(
             "the queue database is unreachable\n", status=503, content_type="text/plain"
         )

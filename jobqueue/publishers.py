@@ -26,6 +26,7 @@ from jobqueue import store
 from jobqueue.conf import setting
 from jobqueue.errors import PermanentError, RateLimited, TransientError
 from jobqueue.faults import FaultPoints
+from jobqueue.logfmt import log_line
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import subscribers_for
 
@@ -504,7 +505,7 @@ class RabbitMQPublisher(Publisher):
                 # Let the close handshake out (bounded) so the broker does not log an abrupt end.
                 self._run_until(lambda: connection.is_closed, time.monotonic() + 1.0)
             except Exception as exc:  # noqa: BLE001 - closing a broken connection may fail too
-                logger.debug("event=rabbitmq_close_failed error=%s", exc)
+                log_line(logger, logging.DEBUG, "rabbitmq_close_failed", error=exc)
 
     # --- confirms ------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from jobqueue.conf import setting
 from jobqueue.errors import class_path, classify
 from jobqueue.faults import FaultPoints
 from jobqueue.listener import Listener, listen_params
-from jobqueue.logfmt import line_text, log_lines, logfmt
+from jobqueue.logfmt import line_text, log_line, log_lines
 from jobqueue.loop import Loop, process_id
 from jobqueue.models import OutboxMessage
 from jobqueue.outbox import route_for
@@ -121,13 +121,10 @@ class Relay(Loop):
     # --- lifecycle -----------------------------------------------------------------------
 
     def run(self) -> int:
-        logger.info(
-            "event=relay_started relay=%s batch=%d lease=%.1fs burst=%s",
-            self.relay_id,
-            self.batch_size,
-            self.lease_seconds,
-            self.burst,
-        )
+        log_line(
+            logger, logging.INFO, "relay_started", relay=self.relay_id, batch=self.batch_size,
+            lease=f"{self.lease_seconds:.1f}s", burst=self.burst,
+        )  # fmt: skip
         self._warn_of_slow_destinations()
         self.listener = self._start_listener()
         try:
@@ -149,16 +146,12 @@ class Relay(Loop):
                 self.listener.join(timeout=2.0)
             for publisher in self._publishers.values():
                 publisher.close()
-        logger.info(
-            "event=relay_stopped relay=%s claimed=%d published=%d retried=%d dead=%d "
-            "leases_lost=%d",
-            self.relay_id,
-            self.stats.claimed,
-            self.stats.published,
-            self.stats.retried,
-            self.stats.dead,
-            self.stats.leases_lost,
-        )
+        stats = self.stats
+        log_line(
+            logger, logging.INFO, "relay_stopped", relay=self.relay_id, claimed=stats.claimed,
+            published=stats.published, retried=stats.retried, dead=stats.dead,
+            leases_lost=stats.leases_lost,
+        )  # fmt: skip
         return 0
 
     def _start_listener(self):
@@ -194,7 +187,7 @@ class Relay(Loop):
             return 0
         fault_point("after_claim")
         self.stats.claimed += len(messages)
-        logger.debug("event=claim_batch relay=%s n=%d", self.relay_id, len(messages))
+        log_line(logger, logging.DEBUG, "claim_batch", relay=self.relay_id, n=len(messages))
         groups: dict[str | None, list[OutboxMessage]] = {}
         for message in messages:
             groups.setdefault(route_for(message.topic), []).append(message)
@@ -332,15 +325,12 @@ class Relay(Loop):
         for name, config in (setting("OUTBOX", "DESTINATIONS") or {}).items():
             worst = sum(publishers.timeouts(config))
             if worst >= self.lease_seconds / 2:
-                logger.warning(
-                    "event=destination_slower_than_lease relay=%s destination=%s "
-                    "connect_plus_read=%.1fs lease=%.1fs advice=%s",
-                    self.relay_id,
-                    logfmt(name),
-                    worst,
-                    self.lease_seconds,
-                    logfmt("keep a destination's timeouts under half of OUTBOX LEASE_SECONDS"),
-                )
+                log_line(
+                    logger, logging.WARNING, "destination_slower_than_lease",
+                    relay=self.relay_id, destination=name, connect_plus_read=f"{worst:.1f}s",
+                    lease=f"{self.lease_seconds:.1f}s",
+                    advice="keep a destination's timeouts under half of OUTBOX LEASE_SECONDS",
+                )  # fmt: skip
 
     def _keep_leases(self, pending: Sequence[OutboxMessage]) -> list[OutboxMessage]:
         """Heartbeat: with under half the lease left, extend the leases of the rest."""
@@ -424,10 +414,10 @@ class Relay(Loop):
         try:
             released = outbox_store.release(messages, now=self.clock(), using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=release_failed count=%d error=%s", len(messages), logfmt(exc))
+            log_line(logger, logging.WARNING, "release_failed", count=len(messages), error=exc)
             return
         self.stats.released += released
-        logger.info("event=leases_released relay=%s count=%d", self.relay_id, released)
+        log_line(logger, logging.INFO, "leases_released", relay=self.relay_id, count=released)
 
     def _lease_lost(self, message, during: str):
         self.stats.leases_lost += 1

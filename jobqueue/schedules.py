@@ -43,6 +43,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from jobqueue import store
 from jobqueue.conf import setting
+from jobqueue.logfmt import log_line
 from jobqueue.models import Schedule
 
 logger = logging.getLogger("jobqueue.schedules")
@@ -249,17 +250,15 @@ def enqueue_due(*, now: datetime | None = None, using: str = "default") -> int:
         try:
             due = plan(schedule, now, grace)
         except ValueError as exc:  # a row edited into a bad cron or zone: stop it, loudly
-            logger.error("event=schedule_invalid schedule=%s error=%r", schedule.name, str(exc))
+            log_line(logger, logging.ERROR, "schedule_invalid", schedule=schedule.name, error=exc)
             store.schedules.retire(schedule, now=now, using=using)
             continue
         new_job, error = _new_job(schedule)
         if error is not None and due.run:
-            logger.error(
-                "event=schedule_failed schedule=%s task=%s error=%r",
-                schedule.name,
-                schedule.task_path,
-                str(error),
-            )
+            log_line(
+                logger, logging.ERROR, "schedule_failed", schedule=schedule.name,
+                task=schedule.task_path, error=error,
+            )  # fmt: skip
         made += len(
             store.schedules.advance(
                 schedule, due=due, new_job=new_job, error=error, now=now, using=using

@@ -63,7 +63,7 @@ from jobqueue.errors import (
 )
 from jobqueue.faults import worker_fault_point as fault_point
 from jobqueue.listener import Listener, listen_params
-from jobqueue.logfmt import log_lines, logfmt
+from jobqueue.logfmt import log_line, log_lines, logfmt
 from jobqueue.loop import Loop, first_line, next_backoff, process_id
 from jobqueue.models import Job, JobState
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
@@ -285,15 +285,6 @@ def printable(exc: BaseException) -> bool:
     return True
 
 
-def log_exception(message: str, *args) -> None:
-    """logger.exception, or without the traceback when the exception in hand (or one in its
-    chain, a task's) cannot be printed: logging's own error handler raises then."""
-    try:
-        logger.exception(message, *args)
-    except BaseException:  # noqa: BLE001 - see above
-        logger.error(message + " traceback=unprintable", *args)
-
-
 def formatted_traceback(exc: BaseException) -> str:
     """The traceback stored with a failure. Formatting runs the task's own code (its
     exception's __str__, __cause__, notes) and may itself fail, in any way: then a line saying
@@ -513,15 +504,13 @@ class Worker(Loop):
         connection_created.connect(self._configure_connection)
         if connections[self.using].connection is not None:  # already open: configure it now
             self._configure_connection(None, connections[self.using])
-        logger.info(
-            "event=worker_started worker=%s queues=%s concurrency=%d lease=%.1fs %s",
-            self.worker_id,
-            ",".join(self.queues or ["*"]),
-            self.concurrency,
-            self.lease_seconds,
-            # Named as the command line names it: a drain is a burst that also waits.
-            f"drain={self.drain:g}s" if self.drain is not None else f"burst={self.burst}",
-        )
+        # Named as the command line names it: a drain is a burst that also waits.
+        mode = {"drain": f"{self.drain:g}s"} if self.drain is not None else {"burst": self.burst}
+        log_line(
+            logger, logging.INFO, "worker_started", worker=self.worker_id,
+            queues=",".join(self.queues or ["*"]), concurrency=self.concurrency,
+            lease=f"{self.lease_seconds:.1f}s", **mode,
+        )  # fmt: skip
         self._mark_deploy()
         for n in range(self.concurrency):
             thread = threading.Thread(target=self._handler_loop, name=f"handler-{n}", daemon=True)
@@ -549,18 +538,13 @@ class Worker(Loop):
                 listener.stop()
                 listener.join(timeout=2.0)
         connection_created.disconnect(self._configure_connection)
-        logger.info(
-            "event=worker_stopped worker=%s claimed=%d succeeded=%d retried=%d dead=%d "
-            "leases_lost=%d timeouts=%d database_errors=%d",
-            self.worker_id,
-            self.stats.claimed,
-            self.stats.succeeded,
-            self.stats.retried,
-            self.stats.dead,
-            self.stats.leases_lost,
-            self.stats.timeouts,
-            self.stats.db_errors,
-        )
+        stats = self.stats
+        log_line(
+            logger, logging.INFO, "worker_stopped", worker=self.worker_id, claimed=stats.claimed,
+            succeeded=stats.succeeded, retried=stats.retried, dead=stats.dead,
+            leases_lost=stats.leases_lost, timeouts=stats.timeouts,
+            database_errors=stats.db_errors,
+        )  # fmt: skip
         return self.exit_code
 
     def _mark_deploy(self) -> None:
@@ -574,20 +558,16 @@ class Worker(Loop):
                 version, actor=self.worker_id, at=self.clock(), using=self.using
             )
         except (DatabaseError, ValueError, RuntimeError) as exc:
-            logger.warning(
-                "event=deploy_not_marked worker=%s version=%s error=%s",
-                self.worker_id,
-                logfmt(version),
-                logfmt(first_line(exc)),
-            )
+            log_line(
+                logger, logging.WARNING, "deploy_not_marked", worker=self.worker_id,
+                version=version, error=first_line(exc),
+            )  # fmt: skip
             return
         if marked is not None:
-            logger.info(
-                "event=deploy_marked worker=%s version=%s seq=%d",
-                self.worker_id,
-                logfmt(version),
-                marked.seq,
-            )
+            log_line(
+                logger, logging.INFO, "deploy_marked", worker=self.worker_id, version=version,
+                seq=marked.seq,
+            )  # fmt: skip
 
     def _loop(self):
         while not self.stopping:
@@ -665,14 +645,11 @@ class Worker(Loop):
                 fault_point("after_claim")
                 # One line per claim, naming every job it leased (a line per job cost more than
                 # a quick job's whole run); each job's outcome has its own line.
-                logger.info(
-                    "event=claimed worker=%s n=%d limit=%d duration_ms=%.1f job_ids=%s",
-                    self.worker_id,
-                    len(jobs),
-                    limit,
-                    (time.monotonic() - claim_started) * 1000,
-                    _IdList(jobs),
-                )
+                log_line(
+                    logger, logging.INFO, "claimed", worker=self.worker_id, n=len(jobs),
+                    limit=limit, duration_ms=f"{(time.monotonic() - claim_started) * 1000:.1f}",
+                    job_ids=_IdList(jobs),
+                )  # fmt: skip
             self.held.hold(*jobs)
             for job in jobs:
                 self.inbox.put(job)
@@ -685,7 +662,10 @@ class Worker(Loop):
         its jobs leased and renewed forever; replace it and say so loudly."""
         for n, thread in enumerate(self._threads):
             if not thread.is_alive() and not self.stopping:
-                logger.error("event=handler_died worker=%s thread=%s", self.worker_id, thread.name)
+                log_line(
+                    logger, logging.ERROR, "handler_died", worker=self.worker_id,
+                    thread=thread.name,
+                )  # fmt: skip
                 self._replace_handler(n)
 
     def _replace_handler(self, n: int):
@@ -729,7 +709,9 @@ class Worker(Loop):
         if left and time.monotonic() < self.drain_until:
             return False
         if left:
-            logger.error("event=drain_incomplete worker=%s unfinished=%d", self.worker_id, left)
+            log_line(
+                logger, logging.ERROR, "drain_incomplete", worker=self.worker_id, unfinished=left
+            )
             self.exit_code = 1
         return True
 
@@ -764,7 +746,7 @@ class Worker(Loop):
             self._record_if_due(force=True)
             store.forget_worker(self.worker_id, using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=record_failed worker=%s error=%s", self.worker_id, logfmt(exc))
+            log_line(logger, logging.WARNING, "record_failed", worker=self.worker_id, error=exc)
 
     def _unstarted(self) -> list[Job]:
         jobs = []
@@ -784,12 +766,12 @@ class Worker(Loop):
         try:
             released = store.release(jobs, now=self.clock(), using=self.using)
         except DatabaseError as exc:
-            logger.warning("event=release_failed count=%d error=%s", len(jobs), logfmt(exc))
+            log_line(logger, logging.WARNING, "release_failed", count=len(jobs), error=exc)
             released = 0
         for job in jobs:
             self.held.finish(job.pk)
             log_event("released", job, reason=reason)
-        logger.info("event=leases_released count=%d of=%d", released, len(jobs))
+        log_line(logger, logging.INFO, "leases_released", count=released, of=len(jobs))
 
     # --- handler threads -----------------------------------------------------------------
 
@@ -907,7 +889,9 @@ class Worker(Loop):
                 try:
                     close_old_connections()
                 except Exception:  # noqa: BLE001 - a broken connection may fail to close too
-                    logger.warning("event=handler_connection_reset_failed job_id=%s", job.pk)
+                    log_line(
+                        logger, logging.WARNING, "handler_connection_reset_failed", job_id=job.pk
+                    )
             return Finished(
                 job, time.monotonic() - started, error=exc, formatted=formatted_traceback(exc)
             )
@@ -937,19 +921,20 @@ class Worker(Loop):
                     with self._counts:
                         self.stats.db_errors += 1
                     backoff = next_backoff(backoff)
-                    logger.warning(
-                        "event=database_error worker=%s thread=settler error=%s retry_in=%.1fs",
-                        self.worker_id,
-                        logfmt(first_line(exc)),
-                        backoff,
-                    )
+                    log_line(
+                        logger, logging.WARNING, "database_error", worker=self.worker_id,
+                        thread="settler", error=first_line(exc), retry_in=f"{backoff:.1f}s",
+                    )  # fmt: skip
                     connections[self.using].close()
                     self._settle_wake.wait(backoff)
                     continue
                 if not self._settling and self.finished.empty():
                     return
         except BaseException:  # noqa: BLE001 - whatever ends it, the worker must not go on without it
-            log_exception("event=settler_died worker=%s action=exit_for_restart", self.worker_id)
+            log_line(
+                logger, logging.ERROR, "settler_died", exc_info=True, worker=self.worker_id,
+                action="exit_for_restart",
+            )  # fmt: skip
             self.exit_code = 1
             self.stop()
         finally:
@@ -1175,9 +1160,9 @@ class Worker(Loop):
         SIGTERM)."""
         if command == "quiet" and not self.quiet:
             self.quiet = True
-            logger.info("event=worker_quieted worker=%s", self.worker_id)
+            log_line(logger, logging.INFO, "worker_quieted", worker=self.worker_id)
         elif command == "stop" and not self.stopping:
-            logger.info("event=worker_stop_requested worker=%s", self.worker_id)
+            log_line(logger, logging.INFO, "worker_stop_requested", worker=self.worker_id)
             self.stop()
 
     def _backoff_policy(self, job: Job) -> tuple[float, float]:
@@ -1214,7 +1199,7 @@ class Worker(Loop):
             except BaseException:  # noqa: BLE001 - re-raised only to be the exception in hand
                 task_finished.send(type(self.backend), task_result=result)
         except Exception:  # noqa: BLE001 - a receiver's failure is logged, never the job's
-            log_exception("event=signal_failed job_id=%s", job.pk)
+            log_line(logger, logging.ERROR, "signal_failed", exc_info=True, job_id=job.pk)
 
     def _heartbeat_if_due(self):
         now_mono = time.monotonic()
@@ -1259,20 +1244,17 @@ class Worker(Loop):
             return
         self._abandoned.add(thread)
         self._replace_handler(self._threads.index(thread))
-        logger.warning(
-            "event=handler_abandoned worker=%s thread=%s abandoned=%d",
-            self.worker_id,
-            thread.name,
-            len(self._abandoned),
-        )
+        log_line(
+            logger, logging.WARNING, "handler_abandoned", worker=self.worker_id,
+            thread=thread.name, abandoned=len(self._abandoned),
+        )  # fmt: skip
         if len(self._abandoned) > self.concurrency:
             # Each stuck thread keeps its database connection: past this many, a fresh process
             # is the only way to get them back. Stop and exit non-zero for the process manager.
-            logger.error(
-                "event=too_many_stuck_handlers worker=%s abandoned=%d action=exit_for_restart",
-                self.worker_id,
-                len(self._abandoned),
-            )
+            log_line(
+                logger, logging.ERROR, "too_many_stuck_handlers", worker=self.worker_id,
+                abandoned=len(self._abandoned), action="exit_for_restart",
+            )  # fmt: skip
             self.exit_code = 1
             self.stop()
 

@@ -59,7 +59,7 @@ from jobqueue.errors import (
     exception_text,
 )
 from jobqueue.faults import FaultPoints
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_line
 from jobqueue.models import Job, Workflow, WorkflowState, WorkflowStep
 
 logger = logging.getLogger("jobqueue.workflows")
@@ -451,13 +451,10 @@ def _run_item(attempt: Attempt, name: str, handler: Task, item, progress: dict, 
         progress["failed"] += 1
         if len(progress["dead_letters"]) < MAX_LISTED_LETTERS:
             progress["dead_letters"].append(letter.pk)
-        logger.warning(
-            "event=batch_item_dead workflow_id=%s batch=%s dead_letter_id=%s error=%s",
-            attempt.workflow.pk,
-            logfmt(name),
-            letter.pk,
-            logfmt(class_path(type(exc))),
-        )
+        log_line(
+            logger, logging.WARNING, "batch_item_dead", workflow_id=attempt.workflow.pk,
+            batch=name, dead_letter_id=letter.pk, error=class_path(type(exc)),
+        )  # fmt: skip
         return False
 
 
@@ -642,12 +639,12 @@ def _step_failed(attempt: Attempt, name, known, options: StepOptions, exc: Excep
         else:
             _wait_until(attempt, until, WorkflowState.RUNNING, name, now=now)
     attempt.steps[name] = record
-    fields = (
-        f"workflow_id={attempt.workflow.pk} job_id={attempt.job.pk} step={logfmt(name)} "
-        f"attempt={attempts} error={logfmt(class_path(type(exc)))}"
-    )
+    fields = {
+        "workflow_id": attempt.workflow.pk, "job_id": attempt.job.pk, "step": name,
+        "attempt": attempts, "error": class_path(type(exc)),
+    }  # fmt: skip
     if dead:
-        logger.error("event=step_dead %s", fields)
+        log_line(logger, logging.ERROR, "step_dead", **fields)
         raise StepFailed(name, attempts, exc) from exc
-    logger.warning("event=step_retry %s retry_at=%s", fields, until.isoformat())
+    log_line(logger, logging.WARNING, "step_retry", **fields, retry_at=until.isoformat())
     raise Suspend(until, f"retry of step {name!r}") from exc

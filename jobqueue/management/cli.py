@@ -28,7 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
-from jobqueue.logfmt import Formatter, control_escapes, logfmt
+from jobqueue.logfmt import Formatter, control_escapes, log_line
 from jobqueue.loop import first_line, next_backoff
 from jobqueue.models import WorkerRecord
 from jobqueue.store.payloads import MAX_JSON_DEPTH, json_depth
@@ -509,9 +509,10 @@ def wait_for_database(using: str = DEFAULT_DB_ALIAS):
             return
         except OperationalError as exc:
             delay = next_backoff(delay)
-            logging.getLogger("jobqueue.worker").warning(
-                "event=database_unavailable error=%s retry_in=%.1fs", logfmt(first_line(exc)), delay
-            )
+            log_line(
+                logging.getLogger("jobqueue.worker"), logging.WARNING, "database_unavailable",
+                error=first_line(exc), retry_in=f"{delay:.1f}s",
+            )  # fmt: skip
             connections[using].close()
             time.sleep(delay)
 

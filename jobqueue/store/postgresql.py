@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 from django.db import DatabaseError
 
 from jobqueue.conf import setting
-from jobqueue.logfmt import logfmt
+from jobqueue.logfmt import log_line
 
 from .sql_common import (
     JOB_ROWS,
@@ -391,14 +391,12 @@ def _refused_preparing(exc: BaseException) -> None:
     if _prepared_refused or not isinstance(cause, refused):
         return
     _prepared_refused = True
-    logger.warning(
-        "event=prepared_statements_off error=%s hint=%s",
-        logfmt((str(cause).splitlines() or [type(cause).__name__])[0]),
-        logfmt(
-            "behind PgBouncer in transaction pooling mode? set REDRIVE['POOLER'] = "
-            "'transaction' (no session state at all)"
-        ),
-    )
+    log_line(
+        logger, logging.WARNING, "prepared_statements_off",
+        error=(str(cause).splitlines() or [type(cause).__name__])[0],
+        hint="behind PgBouncer in transaction pooling mode? set REDRIVE['POOLER'] = "
+        "'transaction' (no session state at all)",
+    )  # fmt: skip
 
 
 def _preparing(connection):

@@ -6,6 +6,7 @@ from jobqueue import schedules
 from jobqueue.backend import DatabaseBackend
 from jobqueue.checks import TAG
 from jobqueue.conf import setting
+from jobqueue.logfmt import log_line
 from jobqueue.management import cli
 from jobqueue.models import MAX_ID, Job
 from jobqueue.worker import MAX_PREFETCH, Worker
@@ -102,7 +103,7 @@ class Command(cli.Command):
             raise cli.CommandError(f"a periodic job cannot be declared: {exc}") from None
         for change in ("created", "updated"):
             for name in report[change]:
-                logger.info("event=schedule_synced schedule=%s change=%s", name, change)
+                log_line(logger, logging.INFO, "schedule_synced", schedule=name, change=change)
         worker = Worker(
             queues=opts["queues"],
             concurrency=opts["concurrency"],

@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from jobqueue import conf
 from jobqueue.faults import FaultPoints
+from jobqueue.logfmt import log_line, logfmt
 from jobqueue.models import DeadLetter, DeadLetterState
 
 from .. import dead_letters
@@ -132,11 +133,14 @@ class Round:
     errors: list[str] = field(default_factory=list)
     step: str = ""  # the number of the message being settled, for the fault points
 
+    def counts(self) -> dict[str, str | int]:
+        return {
+            "source": self.source, "seen": self.seen, "mirrored": self.mirrored,
+            "returned": self.returned, "published": self.published, "removed": self.removed,
+        }  # fmt: skip
+
     def line(self) -> str:
-        return (
-            f"source={self.source} seen={self.seen} mirrored={self.mirrored} "
-            f"returned={self.returned} published={self.published} removed={self.removed}"
-        )
+        return " ".join(f"{name}={logfmt(value)}" for name, value in self.counts().items())
 
 
 def decide(letter: DeadLetter | None, *, published_leftover: Action) -> Action:
@@ -381,11 +385,10 @@ class BrokerSource(BaseSource):
             try:
                 self.settle(ids, using=using)
             except Unreachable as exc:
-                log.warning(
-                    "event=source_unreachable source=%s error=%s (the next sync finishes)",
-                    self.name,
-                    exc,
-                )
+                log_line(
+                    log, logging.WARNING, "source_unreachable", source=self.name, error=exc,
+                    then="the next sync finishes",
+                )  # fmt: skip
 
         transaction.on_commit(finish, using=using, robust=True)
 
