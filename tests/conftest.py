@@ -255,3 +255,34 @@ def burials(monkeypatch) -> Burials:
 
     monkeypatch.setattr(dead_letters, "bury", bury)
     return seen
+
+
+@pytest.fixture(autouse=True)
+def only_the_store_writes_the_queue():
+    """tests/writes.py: a queue write from library code outside jobqueue/store fails the test,
+    on the test's own connections and on those its threads open (an in-process worker's
+    handlers and settler)."""
+    from django.db import connections
+    from django.db.backends.signals import connection_created
+
+    from tests.writes import Guard
+
+    guard = Guard()
+
+    def watch(sender, connection, **kwargs):
+        if guard not in connection.execute_wrappers:
+            connection.execute_wrappers.append(guard)
+
+    opened = [connections[alias] for alias in connections]
+    for connection in opened:
+        connection.execute_wrappers.append(guard)
+    connection_created.connect(watch, weak=False)
+    try:
+        yield
+    finally:
+        connection_created.disconnect(watch)
+        guard.active = False  # a thread's connection may outlive the test: it stops looking
+        for connection in opened:
+            if guard in connection.execute_wrappers:
+                connection.execute_wrappers.remove(guard)
+    assert not guard.found, "the queue written outside jobqueue/store:\n" + "\n".join(guard.found)
