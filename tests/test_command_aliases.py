@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from deadletters.models import ReplayRun, Selection
 from jobqueue import store
-from jobqueue.models import AuditEntry, Job
+from jobqueue.models import AuditEntry, Job, Workflow, WorkflowState
 from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
@@ -71,6 +71,25 @@ def _job():
     return str(JobFactory(run_after=timezone.now() + timedelta(hours=1)).pk)
 
 
+def _workflow():
+    job = JobFactory(run_after=timezone.now() + timedelta(hours=1))
+    now = timezone.now()
+    Workflow.objects.create(
+        id=job.pk,
+        task_path="tests.workflow_tasks.waiter",
+        job=job,
+        state=WorkflowState.WAITING,
+        waiting_for="go",
+        started_at=now,
+        updated_at=now,
+    )
+    return str(job.pk)
+
+
+# A payload with a value the console masks: the entry keeps it masked, whichever door it came in.
+SIGNAL_PAYLOAD = ("--payload", '{"password": "hunter2", "plan": "pro"}')
+
+
 ALIASES = {
     ("queues", "pause"): Alias(
         _queue(False), lambda q: ["queues", "pause", q], "queue.pause", lambda q: ["--queue", q]
@@ -96,11 +115,15 @@ ALIASES = {
         )
         for verb in ("run-now", "cancel")
     },
+    ("workflows", "signal"): Alias(
+        _workflow,
+        lambda pk: ["workflows", "signal", pk, "go", *SIGNAL_PAYLOAD],
+        "workflow.signal",
+        lambda pk: ["--workflow", pk, "--event", "go", *SIGNAL_PAYLOAD],
+    ),
 }
 # Sub-commands of the engine's commands that take --operator and are not aliases of `act`.
 NOT_ALIASES = {
-    ("workflows", "signal"): "not yet an alias: its outcome says whether the signal woke the "
-    "workflow, and its audit entry keeps the payload's shape, not the console's masked values",
     ("prune", ""): "housekeeping, no action of the registry (also a scheduled chore): one entry "
     "of its own a run, chore.prune (tests/jobqueue/test_prune_audit.py)",
 }
@@ -331,3 +354,18 @@ def test_deadletters_replay_and_discard_refuse_with_the_registrys_message(verb, 
         by_act = run("act", f"letters.{verb}", "--ids", letter, "--operator", "vera")
         assert refused.err == by_act.err
     assert row_counts() == before
+
+
+def test_the_signal_alias_keeps_the_payload_masked_and_says_it_woke_the_workflow():
+    """What made `workflows signal` no alias before: its entry kept the payload's shape (no
+    masking in the engine) and its outcome said whether the signal woke the workflow. As an
+    alias the entry is the registry's, masked, and the registry's outcome says it."""
+    pk = _workflow()
+    user_with_role("operator", "ana")
+    result = run("workflows", "signal", pk, "go", *SIGNAL_PAYLOAD, *REASON, "--operator", "ana")
+    assert result.code == 0, result.err
+    assert result.out == f"Workflow {pk}: 'go' sent; it was waiting for it and runs again now.\n"
+    entry = AuditEntry.objects.get(action="workflow.signal")
+    assert entry.params["payload"]["plan"] == "pro"
+    assert "hunter2" not in json.dumps(entry.params)
+    assert "payload_summary" not in entry.params
