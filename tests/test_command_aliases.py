@@ -124,8 +124,9 @@ ALIASES = {
 }
 # Sub-commands of the engine's commands that take --operator and are not aliases of `act`.
 NOT_ALIASES = {
-    ("prune", ""): "housekeeping, no action of the registry (also a scheduled chore): one entry "
-    "of its own a run, chore.prune (tests/jobqueue/test_prune_audit.py)",
+    ("prune", ""): "housekeeping, no action of the registry (also the leader's Prune chore): one "
+    "entry of its own a run, chore.prune, written by chores.record_prune for the command and the "
+    "chore alike (tests/jobqueue/test_prune_audit.py, test_chores.py)",
 }
 
 
