@@ -367,9 +367,28 @@ def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
 
 class LetterSelectionForm(SelectionForm):
     """Which letters: ticked ids, or every one matching the filter (the action is the one
-    being frozen, not a field)."""
+    being frozen, not a field), or with `limit` the first so many of them in the list's order
+    (`deadletters replay --job-type X --limit N`: the oldest N pending)."""
 
     action = None
+    limit = forms.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="With select all: at most this many, the first in the list's order.",
+    )
+
+    def clean_limit(self):
+        limit = self.cleaned_data.get("limit")
+        cap = setting("MAX_SELECTION")
+        if limit is not None and limit > cap:
+            raise ValidationError(f"A selection holds at most {cap:,} items.", code="max_value")
+        return limit
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("limit") is not None and not cleaned.get("select_all"):
+            raise ValidationError("A limit goes with select all, not with ids.", code="invalid")
+        return cleaned
 
 
 class JobsSelectionForm(JobSelectionForm):
@@ -694,6 +713,8 @@ def _select_letters(actor: Actor, cleaned) -> tuple[list[int], dict, str]:
     database = _backend(cleaned).database
     if cleaned["select_all"]:
         f = cleaned.form.to_filter(payload_search=_may_search_payloads(actor))
+        if limit := cleaned.get("limit"):
+            return selectors.matching_ids(f, first=limit), f.as_json() | {"limit": limit}, database
         return selectors.matching_ids(f), f.as_json(), database
     return cleaned["ids"], {}, database
 
