@@ -26,7 +26,15 @@ from django.utils import timezone
 from jobqueue import store
 from jobqueue import workflows as workflow_api
 from jobqueue.conf import setting
-from jobqueue.models import DeadLetter, Job, JobStatus, Schedule, WorkerRecord, Workflow
+from jobqueue.models import (
+    DeadLetter,
+    Job,
+    JobStatus,
+    Schedule,
+    WorkerRecord,
+    Workflow,
+    WorkflowState,
+)
 from jobqueue.store import payloads
 
 from . import databases, exports, jobs, redaction, search, selectors, services, tokens
@@ -359,9 +367,28 @@ def describe(selection: Selection, *, allow_poisoned: bool = False) -> dict:
 
 class LetterSelectionForm(SelectionForm):
     """Which letters: ticked ids, or every one matching the filter (the action is the one
-    being frozen, not a field)."""
+    being frozen, not a field), or with `limit` the first so many of them in the list's order
+    (`deadletters replay --job-type X --limit N`: the oldest N pending)."""
 
     action = None
+    limit = forms.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="With select all: at most this many, the first in the list's order.",
+    )
+
+    def clean_limit(self):
+        limit = self.cleaned_data.get("limit")
+        cap = setting("MAX_SELECTION")
+        if limit is not None and limit > cap:
+            raise ValidationError(f"A selection holds at most {cap:,} items.", code="max_value")
+        return limit
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("limit") is not None and not cleaned.get("select_all"):
+            raise ValidationError("A limit goes with select all, not with ids.", code="invalid")
+        return cleaned
 
 
 class JobsSelectionForm(JobSelectionForm):
@@ -686,6 +713,8 @@ def _select_letters(actor: Actor, cleaned) -> tuple[list[int], dict, str]:
     database = _backend(cleaned).database
     if cleaned["select_all"]:
         f = cleaned.form.to_filter(payload_search=_may_search_payloads(actor))
+        if limit := cleaned.get("limit"):
+            return selectors.matching_ids(f, first=limit), f.as_json() | {"limit": limit}, database
         return selectors.matching_ids(f), f.as_json(), database
     return cleaned["ids"], {}, database
 
@@ -977,17 +1006,23 @@ register(
 
 def _signal(actor: Actor, cleaned) -> Outcome:
     pk, event = cleaned["workflow"], cleaned["event"]
-    if not Workflow.objects.filter(pk=pk).exists():
-        raise Gone("workflow", pk, "A workflow's id is the id of the job first enqueued for it.")
     with transaction.atomic():
         try:
+            # A workflow enqueued and not at its first step yet takes the signal too (its record
+            # begins with it), as jobqueue.workflows.signal takes it from code.
             sent = workflow_api.signal(pk, event, cleaned["payload"])
         except ValueError as exc:
             raise Invalid(f"Nothing changed: {exc}.") from None
         except LookupError:
-            raise Gone("workflow", pk) from None
+            raise Gone(
+                "workflow", pk, "A workflow's id is the id of the job first enqueued for it."
+            ) from None
+        # Read before the signal commits: the state it met, not one a worker made after.
+        state, waiting_for = Workflow.objects.values_list("state", "waiting_for").get(pk=pk)
+        woke = sent and state == WorkflowState.WAITING and waiting_for == event
+        data = {"workflow": pk, "event": event, "woke": woke, "state": state}
         if not sent:
-            return Outcome(False, f"Workflow {pk} already had {event!r}: nothing changed.")
+            return Outcome(False, f"Workflow {pk} already had {event!r}: nothing changed.", data)
         store.audit.record(
             "workflow.signal",
             actor=actor.name,
@@ -997,7 +1032,21 @@ def _signal(actor: Actor, cleaned) -> Outcome:
             reason=cleaned["reason"],
             params={"event": event, "payload": redaction.redact(cleaned["payload"])},
         )
-    return Outcome(True, f"Workflow {pk}: {event!r} sent.", {"workflow": pk, "event": event})
+    return Outcome(True, f"Workflow {pk}: {event!r} sent{_signal_met(state, woke, event)}.", data)
+
+
+def _signal_met(state: str, woke: bool, event: str) -> str:
+    """What the signal does now: whoever sent it learns whether anything will read it."""
+    if woke:
+        return "; it was waiting for it and runs again now"
+    if state == WorkflowState.DONE:
+        return ", but the workflow is done: nothing will read it"
+    if state == WorkflowState.DEAD:
+        return (
+            f"; the workflow is dead: in a replay of its dead letter, a wait_for({event!r}) it "
+            "reaches returns it"
+        )
+    return f"; the workflow is {state}: a wait_for({event!r}) it reaches returns it at once"
 
 
 register(

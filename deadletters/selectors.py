@@ -133,11 +133,15 @@ def count_matching(f: ListFilter, cap: int | None = None) -> tuple[int, bool]:
     return min(n, cap), n > cap
 
 
-def matching_ids(f: ListFilter, cap: int | None = None) -> list[int]:
-    """The ids a "select all matching" means, in list order; raises if more than `cap`."""
-    cap = cap or setting("MAX_SELECTION")
+def matching_ids(f: ListFilter, cap: int | None = None, *, first: int | None = None) -> list[int]:
+    """The ids a "select all matching" means, in list order; raises if more than `cap`. With
+    `first`, the first so many of them, however many match."""
     order = ["dead_lettered_at", "id"] if f.order == "oldest" else ["-dead_lettered_at", "-id"]
-    ids = list(filtered(f).order_by(*order).values_list("id", flat=True)[: cap + 1])
+    ordered = filtered(f).order_by(*order).values_list("id", flat=True)
+    if first is not None:
+        return list(ordered[:first])
+    cap = cap or setting("MAX_SELECTION")
+    ids = list(ordered[: cap + 1])
     if len(ids) > cap:
         raise SelectionTooLarge(cap)
     return ids

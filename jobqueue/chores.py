@@ -39,6 +39,7 @@ from jobqueue.errors import LeaseExpired
 from jobqueue.faults import worker_fault_point
 from jobqueue.logfmt import log_line
 from jobqueue.loop import Loop, process_id
+from jobqueue.models import AuditEntry
 
 logger = logging.getLogger("jobqueue.chores")
 
@@ -246,8 +247,42 @@ def prune(retention: Retention, *, now: datetime, using: str = "default") -> lis
     ]
 
 
+# Who a prune nobody asked for is audited as: the leader's chore, or `manage.py prune` run by a
+# scheduler (cron, a timer) without --operator.
+SYSTEM_ACTOR = "system"
+
+
+def record_prune(
+    report,
+    *,
+    actor: str,
+    channel: str,
+    reason: str = "",
+    at: datetime | None = None,
+    using: str = "default",
+):
+    """The one audit entry of a run of `prune` (`manage.py prune`'s and the `Prune` chore's):
+    how many rows of each kind it deleted and the retention (days) it kept each to."""
+    return store.audit.record(
+        "chore.prune",
+        actor=actor,
+        channel=channel,
+        target_kind="chore",
+        targets=["prune"],
+        reason=reason,
+        params={
+            "deleted": {what: deleted for what, deleted, _, _ in report},
+            "older_than_days": {what: days for what, _, days, _ in report},
+        },
+        at=at,
+        using=using,
+    )
+
+
 class Prune(Chore):
-    """`manage.py prune` at its default retentions, every PRUNE_SECONDS."""
+    """`manage.py prune` at its default retentions, every PRUNE_SECONDS, audited as the command
+    is when it deleted anything (a run that found nothing adds no entry: the leader's look every
+    PRUNE_SECONDS would otherwise fill the log with zeros)."""
 
     name = "prune"
 
@@ -258,6 +293,14 @@ class Prune(Chore):
     def run(self, now: datetime) -> bool:
         report = prune(self.retention, now=now, using=self.using)
         log_line(logger, logging.INFO, "pruned", **{what: n for what, n, _, _ in report})
+        if any(deleted for _, deleted, _, _ in report):
+            record_prune(
+                report,
+                actor=SYSTEM_ACTOR,
+                channel=AuditEntry.Channel.SYSTEM,
+                at=now,
+                using=self.using,
+            )
         return False
 
 

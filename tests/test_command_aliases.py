@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from deadletters.models import ReplayRun, Selection
 from jobqueue import store
-from jobqueue.models import AuditEntry, Job
+from jobqueue.models import AuditEntry, Job, Workflow, WorkflowState
 from tests.cli import command, row_counts, run
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory, UserFactory
@@ -71,6 +71,25 @@ def _job():
     return str(JobFactory(run_after=timezone.now() + timedelta(hours=1)).pk)
 
 
+def _workflow():
+    job = JobFactory(run_after=timezone.now() + timedelta(hours=1))
+    now = timezone.now()
+    Workflow.objects.create(
+        id=job.pk,
+        task_path="tests.workflow_tasks.waiter",
+        job=job,
+        state=WorkflowState.WAITING,
+        waiting_for="go",
+        started_at=now,
+        updated_at=now,
+    )
+    return str(job.pk)
+
+
+# A payload with a value the console masks: the entry keeps it masked, whichever door it came in.
+SIGNAL_PAYLOAD = ("--payload", '{"password": "hunter2", "plan": "pro"}')
+
+
 ALIASES = {
     ("queues", "pause"): Alias(
         _queue(False), lambda q: ["queues", "pause", q], "queue.pause", lambda q: ["--queue", q]
@@ -96,20 +115,42 @@ ALIASES = {
         )
         for verb in ("run-now", "cancel")
     },
+    ("workflows", "signal"): Alias(
+        _workflow,
+        lambda pk: ["workflows", "signal", pk, "go", *SIGNAL_PAYLOAD],
+        "workflow.signal",
+        lambda pk: ["--workflow", pk, "--event", "go", *SIGNAL_PAYLOAD],
+    ),
 }
-# Sub-commands of the engine's commands that take --operator and are not aliases of `act`.
+# The console's commands that are aliases of `act` and then carry out the run `act` started,
+# in the command, printing its progress (tests at the end): the registry's action of each.
+DRIVEN = {
+    ("deadletters", "replay"): "letters.replay",
+    ("deadletters", "discard"): "letters.discard",
+    ("deadletters", "approve"): "run.approve",
+}
+# Sub-commands that take --operator and are not aliases of `act`.
 NOT_ALIASES = {
-    ("workflows", "signal"): "not yet an alias: its outcome says whether the signal woke the "
-    "workflow, and its audit entry keeps the payload's shape, not the console's masked values",
-    ("prune", ""): "housekeeping, no action of the registry (also a scheduled chore): one entry "
-    "of its own a run, chore.prune (tests/jobqueue/test_prune_audit.py)",
+    ("deadletters", "show"): "a read; --reveal records the reveal as letter.reveal does "
+    "(redaction.record_reveal) but prints the whole letter, and checks the user with "
+    "cli.operator, not the registry's messages: not an alias yet",
+    ("deadletters", "export"): "writes the file itself (--output, never over an existing one) "
+    "from exports.export, the service letters.export calls, and checks the user with "
+    "cli.operator, not the registry's messages: not an alias yet",
+    ("apitoken", "revoke"): "revokes through deadletters.tokens, the service token.revoke calls, "
+    "with its own messages and without the console's view permission act requires: not an "
+    "alias yet",
+    ("prune", ""): "housekeeping, no action of the registry (also the leader's Prune chore): one "
+    "entry of its own a run, chore.prune, written by chores.record_prune for the command and the "
+    "chore alike (tests/jobqueue/test_prune_audit.py, test_chores.py)",
 }
 
 
 def operator_actions():
-    """(command, sub-command) of the engine's commands that take --operator."""
+    """(command, sub-command) of the engine's and the console's commands (but `act` itself)
+    that take --operator."""
     for name, app in sorted(management.get_commands().items()):
-        if app != "jobqueue":
+        if app not in ("jobqueue", "deadletters") or name == "act":
             continue
         parser = command(name).create_parser("manage.py", name)
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -119,8 +160,8 @@ def operator_actions():
                 yield name, subname
 
 
-def test_every_engine_command_that_acts_is_an_alias_or_says_why_not():
-    assert set(operator_actions()) == set(ALIASES) | set(NOT_ALIASES)
+def test_every_command_that_acts_is_an_alias_or_says_why_not():
+    assert set(operator_actions()) == set(ALIASES) | set(DRIVEN) | set(NOT_ALIASES)
 
 
 def via_act(alias: Alias, target: str, user: str, *extra: str):
@@ -281,30 +322,102 @@ def test_without_the_console_app_the_alias_names_the_act_command(key, monkeypatc
     assert row_counts() == before
 
 
-# --- the console app's own commands that act: `deadletters replay|discard` ------------------
-# Not aliases yet (they drive the run themselves, in the command, and print its progress), but
-# checked by the registry, with its messages, and audited as `act` audits the same action.
+# --- the console app's commands that act and then drive the run: `deadletters replay|discard|
+# approve`. Aliases of `act` (the same entries, refusals and --json outcome), and then the run
+# carried out in the command, its progress printed (on stderr under --json).
 
 
-@pytest.mark.parametrize("verb", ["replay", "discard"])
-def test_deadletters_replay_and_discard_write_the_entry_act_writes(verb):
-    letter = str(DeadLetterFactory().pk)
-    user_with_role("operator", "ana")
-
-    def by_act(alias, target, user, *extra):
+def _act_replay(verb):
+    def through(alias, target, user, *extra):
         frozen = run("act", f"letters.{verb}", "--ids", target, "--operator", user, "--json")
         selection = json.loads(frozen.out)["selection"]
-        return run("act", "confirm", str(selection), *REASON, "--operator", user)
+        return run("act", "confirm", str(selection), *REASON, "--operator", user, *extra)
 
-    def by_command(alias, target, user, *extra):
-        return run("deadletters", verb, target, *REASON, "--operator", user)
+    return through
 
-    act_did = tried(by_act, None, letter, "ana", False)
+
+def _command_replay(verb):
+    def through(alias, target, user, *extra):
+        return run("deadletters", verb, target, *REASON, "--operator", user, *extra)
+
+    return through
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("verb", ["replay", "discard"])
+def test_deadletters_replay_and_discard_write_and_say_what_act_does(verb, as_json):
+    letter = DeadLetterFactory()
+    user_with_role("operator", "ana")
+    act_did = tried(_act_replay(verb), None, str(letter.pk), "ana", as_json)
     assert act_did["code"] == 0, act_did["err"]
-    command_did = tried(by_command, None, letter, "ana", False, keep=True)
+    assert [e["action"] for e in act_did["entries"]] == [f"letters.{verb}"]
+    command_did = tried(_command_replay(verb), None, str(letter.pk), "ana", as_json, keep=True)
     assert command_did["code"] == 0, command_did["err"]
     assert command_did["entries"] == act_did["entries"]
-    assert [e["action"] for e in act_did["entries"]] == [f"letters.{verb}"]
+    if as_json:
+        # One document on stdout, act's; the preview and the run's progress on stderr.
+        assert command_did["out"] == act_did["out"]
+        assert f"run {ReplayRun.objects.get().pk} finished: 1 {verb}ed" in command_did["err"]
+    else:
+        (said,) = act_did["out"].splitlines()
+        assert said in command_did["out"].splitlines()
+        assert f"run <new> finished: 1 {verb}ed" in command_did["out"]
+    letter.refresh_from_db()
+    assert letter.state == ("replaying" if verb == "replay" else "discarded")
+    assert list(store.audit.verify()) == []
+
+
+@pytest.fixture
+def awaiting(settings):
+    """A replay run of two letters over the approval threshold, asked for by ana."""
+    from deadletters import services
+
+    settings.REDRIVE = {**settings.REDRIVE, "APPROVAL_THRESHOLD": 1}
+    ana = user_with_role("operator", "ana")
+    ids = [letter.pk for letter in DeadLetterFactory.create_batch(2)]
+    selection = services.freeze_selection(operator=ana, action="replay", ids=ids)
+    run_ = services.start_run(operator=ana, selection=selection, reason="provider back")
+    assert run_.state == "awaiting"
+    return str(run_.pk)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_deadletters_approve_writes_and_says_what_act_does(awaiting, as_json):
+    user_with_role("admin", "chief")
+
+    def by_act(alias, target, user, *extra):
+        return run("act", "run.approve", "--run", target, "--operator", user, *extra)
+
+    def by_command(alias, target, user, *extra):
+        return run("deadletters", "approve", target, "--operator", user, *extra)
+
+    act_did = tried(by_act, None, awaiting, "chief", as_json)
+    assert act_did["code"] == 0, act_did["err"]
+    assert [e["action"] for e in act_did["entries"]] == ["run.approved"]
+    command_did = tried(by_command, None, awaiting, "chief", as_json, keep=True)
+    assert command_did["code"] == 0, command_did["err"]
+    assert command_did["entries"] == act_did["entries"]
+    if as_json:
+        assert command_did["out"] == act_did["out"]
+    else:
+        (said,) = act_did["out"].splitlines()
+        assert command_did["out"].splitlines()[0] == said
+        assert f"run {awaiting} finished: 2 replayed" in command_did["out"]
+    assert ReplayRun.objects.get(pk=awaiting).approved_by == "chief"
+
+
+@pytest.mark.parametrize("who", ["ana", "vera", "nobody"])
+def test_deadletters_approve_refuses_whom_act_refuses_with_the_same_message(awaiting, who):
+    """The requester herself (the two-person rule), a viewer (no replay permission), a user
+    with no role (no view permission)."""
+    user_with_role("viewer", "vera")
+    UserFactory(username="nobody")
+    before = row_counts()
+    by_act = run("act", "run.approve", "--run", awaiting, "--operator", who)
+    by_command = run("deadletters", "approve", awaiting, "--operator", who)
+    assert by_act.refused_cleanly and by_command.refused_cleanly, (by_act, by_command)
+    assert by_command.err == by_act.err
+    assert row_counts() == before
 
 
 @pytest.mark.parametrize(
@@ -325,9 +438,24 @@ def test_deadletters_replay_and_discard_refuse_with_the_registrys_message(verb, 
     before = row_counts()
     refused = run("deadletters", verb, letter, *REASON, "--operator", "vera", *extra)
     assert refused.refused_cleanly, refused
-    if extra:  # `act` checks it at the confirm step, with this message
+    if extra:  # `act` checks it at the confirm step; the selection frozen for it rolled back
         assert "Not allowed: this needs the permission deadletters.replay_poisoned." in refused.err
     else:
         by_act = run("act", f"letters.{verb}", "--ids", letter, "--operator", "vera")
         assert refused.err == by_act.err
     assert row_counts() == before
+
+
+def test_the_signal_alias_keeps_the_payload_masked_and_says_it_woke_the_workflow():
+    """What made `workflows signal` no alias before: its entry kept the payload's shape (no
+    masking in the engine) and its outcome said whether the signal woke the workflow. As an
+    alias the entry is the registry's, masked, and the registry's outcome says it."""
+    pk = _workflow()
+    user_with_role("operator", "ana")
+    result = run("workflows", "signal", pk, "go", *SIGNAL_PAYLOAD, *REASON, "--operator", "ana")
+    assert result.code == 0, result.err
+    assert result.out == f"Workflow {pk}: 'go' sent; it was waiting for it and runs again now.\n"
+    entry = AuditEntry.objects.get(action="workflow.signal")
+    assert entry.params["payload"]["plan"] == "pro"
+    assert "hunter2" not in json.dumps(entry.params)
+    assert "payload_summary" not in entry.params

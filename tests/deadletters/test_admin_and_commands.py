@@ -212,8 +212,15 @@ def test_cli_replay_by_filter_uses_the_same_bounds_and_audit(cli_operator, setti
     assert Job.objects.filter(replayed_from__isnull=False).count() == 4
     # Oldest first: the newest one stays pending.
     assert DeadLetter.objects.get(state="pending") == letters[-1]
-    # The CLI drove the run itself; no background runner was enqueued.
-    assert not Job.objects.filter(task_path="deadletters.tasks.carry_out_run").exists()
+    # The CLI drove the run itself. The runner act's confirm queued (as every door's confirm
+    # does) finds it done and changes nothing.
+    from deadletters import services
+
+    runner = Job.objects.get(task_path="deadletters.tasks.carry_out_run")
+    assert services.run_due(*runner.args).handled == 0
+    run.refresh_from_db()
+    assert (run.state, run.done, run.batches) == ("finished", 4, 2)
+    assert Job.objects.filter(replayed_from__isnull=False).count() == 4
 
 
 def test_cli_discard_by_ids_and_refusals(cli_operator):

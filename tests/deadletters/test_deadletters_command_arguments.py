@@ -5,11 +5,13 @@ import contextlib
 import io
 import json
 import re
+from datetime import timedelta
 from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connections
+from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -100,17 +102,48 @@ def test_list_says_when_more_rows_exist_than_shown():
     assert re.search(r"(?<![0-9])1 more", as_json.err)  # not "11 more"
 
 
-def test_a_cli_run_is_audited_with_the_filter_the_operator_typed(oncall):
-    """Not `state=pending order=newest`, which the operator never typed."""
+def test_a_cli_run_is_audited_with_the_filter_it_selected_by(oncall):
+    """What the operator typed and what the command adds to it (the oldest --limit pending
+    letters), as `act letters.replay --select-all` records them; never a default the command
+    did not select by (`order=newest`)."""
     DeadLetterFactory.create_batch(2, task_path="shop.receipt")
     result = act("replay", "--job-type", "shop.receipt", "--limit", "5")
     assert result.code == 0, result
     run_ = ReplayRun.objects.get()
-    assert run_.filter == {"job_type": "shop.receipt", "limit": 5}
+    assert run_.filter == {
+        "job_type": "shop.receipt",
+        "state": "pending",
+        "order": "oldest",
+        "limit": 5,
+    }
     assert run_.selection.filter == run_.filter
     letter = DeadLetterFactory()
     assert act("discard", str(letter.pk)).code == 0
     assert ReplayRun.objects.latest("pk").filter == {}  # hand-picked, as in the console
+
+
+def test_the_registrys_limit_freezes_the_first_of_a_select_all(oncall, settings):
+    """`--limit N` of `deadletters replay` is the registry's: with select all, the first N in
+    the list's order; with ids, or past the largest selection, refused."""
+    settings.REDRIVE = {**settings.REDRIVE, "MAX_SELECTION": 10}
+    now = timezone.now()
+    letters = [
+        DeadLetterFactory(task_path="shop.receipt", dead_lettered_at=now - timedelta(hours=n))
+        for n in range(4)
+    ]
+    select = ["--select-all", "--job-type", "shop.receipt", "--order", "oldest"]
+    frozen = run("act", "letters.replay", *select, "--limit", "2", "--operator", "oncall", "--json")
+    assert frozen.code == 0, frozen
+    assert Selection.objects.get().ids == [letters[3].pk, letters[2].pk]
+    assert json.loads(frozen.out)["filters"]["limit"] == 2
+    for argv, message in (
+        (["--ids", str(letters[0].pk), "--limit", "1"], "A limit goes with select all"),
+        ([*select, "--limit", "11"], "A selection holds at most 10 items."),
+        ([*select, "--limit", "0"], "greater than or equal to 1"),
+    ):
+        refused = run("act", "letters.replay", *argv, "--operator", "oncall")
+        assert refused.refused_cleanly and message in refused.err, refused
+    assert Selection.objects.count() == 1
 
 
 @pytest.mark.parametrize("rate", ["1e-300", "0.0001", "nan", "inf", "-1", "100000", "fast"])

@@ -891,12 +891,14 @@ def test_the_cli_replay_over_the_threshold_waits_and_approve_carries_it_out(
         assert refused.refused_cleanly and message in refused.err, refused
         assert ReplayRun.objects.get().state == RunState.AWAITING
     missing = run_command("deadletters", "approve", "999999", "--operator", "second")
-    assert missing.refused_cleanly and "No replay run 999999" in missing.err
+    assert missing.refused_cleanly and "no replay run #999999" in missing.err
     assert not AuditEntry.objects.filter(target_kind="run").exists()
 
     done = run_command("deadletters", "approve", str(run.pk), "--operator", "second")
     assert done.code == 0, done
-    assert "approved by second (asked by operator)" in done.out and "finished" in done.out
+    # `act run.approve`'s outcome, then the run carried out by the command.
+    assert done.out.startswith(f"Approved: run #{run.pk} has started.\n")
+    assert f"run {run.pk} finished: 3 replayed" in done.out
     run.refresh_from_db()
     assert (run.state, run.done, run.approved_by) == (RunState.FINISHED, 3, "second")
     assert DeadLetter.objects.filter(state="replaying").count() == 3

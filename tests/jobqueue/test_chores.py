@@ -333,6 +333,45 @@ def test_the_prune_chore_deletes_what_prune_does(caplog):
     assert "job_counters=1 job_timings=0 workers=1" in caplog.text
 
 
+def test_the_prune_chore_writes_the_entry_prune_writes_once_a_run_deletes_anything():
+    """One chore.prune entry a run that deleted something, as `manage.py prune` writes it (the
+    one writer, chores.record_prune), by `system` through the channel of Redrive itself, at the
+    chore's clock; a run that found nothing writes none."""
+    from django.db import transaction
+
+    from jobqueue.chores import Prune
+    from jobqueue.models import AuditEntry
+    from tests.cli import run
+    from tests.factories import JobFactory
+
+    # Past the retention by the chore's clock (T0) and by the command's (the wall clock) alike.
+    for _ in range(2):
+        JobFactory(done=True, finished_at=at(0) - timedelta(days=30))
+
+    def written():
+        return [
+            {k: getattr(e, k) for k in ("action", "actor", "target_kind", "targets", "params")}
+            for e in AuditEntry.objects.order_by("id")
+        ]
+
+    with transaction.atomic():
+        assert run("prune").code == 0
+        by_command = written()
+        transaction.set_rollback(True)
+    assert by_command[0]["params"]["deleted"]["jobs"] == 2  # the entry compared is not empty
+
+    chore = Prune(using="default", interval=3600.0)
+    assert chore.run(at(0)) is False
+    assert written() == by_command
+    entry = AuditEntry.objects.get()
+    assert (entry.channel, entry.at) == (AuditEntry.Channel.SYSTEM, at(0))
+    assert Job.objects.count() == 0
+
+    chore.run(at(3600))  # nothing left to delete
+    assert AuditEntry.objects.count() == 1
+    assert list(store.audit.verify()) == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_runchores_once_runs_a_round_as_the_leader_and_hands_the_lease_back(caplog):
     from django.core.management import call_command

@@ -1,7 +1,14 @@
-"""Console parity for incidents without a browser: the same selectors, services and audit."""
+"""Console parity for incidents without a browser: the same selectors, services and audit.
+
+`replay`, `discard` and `approve` are aliases of `manage.py act` (the registry's
+`letters.replay|discard` and `confirm`, `run.approve`): its checks, refusals, messages, audit
+entries and --json outcome. What they add is the run carried out in this process afterwards,
+with its progress printed, as they always did.
+"""
 
 import argparse
 import contextlib
+import io
 import json
 import os
 
@@ -9,7 +16,6 @@ from django.core.management import CommandError
 from django.db import transaction
 
 from deadletters import (
-    actions,
     conf,
     databases,
     exports,
@@ -20,7 +26,7 @@ from deadletters import (
 )
 from deadletters.forms import FilterForm, refusal
 from deadletters.models import Action, ReplayRun, RunState
-from deadletters.roles import ACTION_PERMISSION, EXPORT, POISON, VIEW
+from deadletters.roles import EXPORT, VIEW
 from jobqueue.conf import setting
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
@@ -152,17 +158,33 @@ class Command(cli.Command):
         show.add_argument("--operator", help="Username the reveal is recorded under.")
 
         for name in ("replay", "discard"):
-            act = sub.add_parser(name, help=f"{name.title()} by id or by filter (audited).")
+            act = sub.add_parser(
+                name,
+                help=f"{name.title()} by id or by filter (audited): as `manage.py act "
+                f"letters.{name}` then `act confirm`, then the run carried out here.",
+                description=f"An alias of `manage.py act letters.{name}` (the ids, or "
+                "--select-all of the filter's pending letters, the oldest --limit first) then "
+                "`act confirm`, in one transaction: the same permission checks, refusals, "
+                "messages, audit entry and --json outcome. Then the run is carried out in this "
+                "process, at its rate, with its progress printed (on stderr under --json), "
+                "beside the background runner the confirm queues, which finds the run done. "
+                "--dry-run keeps the frozen selection and prints its preview: "
+                "`manage.py act confirm ID` carries it out.",
+            )
             act.add_argument("ids", nargs="*", type=LETTER_ID)
             self._filters(act)
             act.add_argument(
                 "--limit",
                 # The largest selection a run may freeze, read when the command runs.
                 type=cli.integer(1, lambda: setting("MAX_SELECTION")),
-                help="Required with a filter: at most N items.",
+                help="Required with a filter: at most N items, the oldest pending first.",
             )
-            cli.add_audit_arguments(act)
-            act.add_argument("--dry-run", action="store_true", help="Print the preview only.")
+            cli.add_act_arguments(act, f"letters.{name}")
+            act.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="Freeze and preview only (as `manage.py act letters.ACTION`).",
+            )
             if name == "replay":
                 act.add_argument(
                     "--rate",
@@ -415,139 +437,138 @@ class Command(cli.Command):
         self._act(Action.DISCARD, opts)
 
     def _act(self, action, opts):
-        """Every check comes before the preview is printed and before anything is written; the
-        selection and its run are written together or not at all."""
-        allow_poisoned = opts.get("allow_poisoned", False)
-        # The registry's check of letters.replay|discard (and of the poison permission, which
-        # its confirm step checks), with its messages: `act` refuses the same user alike.
-        operator = registry_operator(
-            opts["operator"], f"letters.{action}", *([POISON] if allow_poisoned else [])
-        )
+        """An alias of `manage.py act letters.replay|discard` (freeze) then `act confirm`: the
+        registry's permission checks, refusals, messages, audit entry and --json outcome,
+        because it is `act` that runs. Both steps are one transaction, so a refused confirm
+        (a permission only it checks, a queue it refuses) leaves no frozen selection behind;
+        the preview is printed once both are through, never before a refusal."""
         typed = {name: opts[name] for name in FILTERS if opts[name]}
-        bounds = bounds_of(opts)
+        bounds = {name: opts[name].text for name in BOUNDS if opts.get(name)}
         if opts["ids"]:
             if typed or bounds:
                 raise usage_error("Give ids or a filter, not both.")
             if opts["limit"] is not None:
                 raise usage_error("--limit goes with a filter, not with ids.")
-            ids = list(dict.fromkeys(opts["ids"]))
-            if len(ids) > setting("MAX_SELECTION"):
-                raise usage_error(f"A selection holds at most {setting('MAX_SELECTION'):,} items.")
-            found = DeadLetter.objects.using(opts["backend"]).filter(pk__in=ids)
-            missing = sorted(set(ids) - set(found.values_list("pk", flat=True)))
-            if missing:
-                shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
-                raise usage_error(f"No dead letter {shown}")
-            recorded = {}  # hand-picked, as in the console
+            select = ["--ids", *(str(pk) for pk in dict.fromkeys(opts["ids"]))]
         elif typed or bounds:
             if not opts["limit"]:
                 raise usage_error("A filter needs --limit N (the most items to act on).")
-            # Only pending items can be acted on; the rest would only be skipped.
-            f = selectors.ListFilter(
-                **typed,
-                **bounds,
-                state=DeadLetterState.PENDING,
-                backend=backend_name(opts["backend"]),
-            )
-            ids = list(
-                selectors.filtered(f)
-                .order_by("dead_lettered_at", "id")
-                .values_list("id", flat=True)[: opts["limit"]]
-            )
-            # The audit shows what the operator typed, not the defaults it was combined with.
-            recorded = {
-                **typed,
-                **{name: moment.isoformat() for name, moment in bounds.items()},
-                "limit": opts["limit"],
-            }
+            # Only pending items can be acted on (the rest would only be skipped): the oldest
+            # --limit of them.
+            select = [
+                "--select-all",
+                *(cli.act_option(name.replace("_", "-"), v) for name, v in typed.items()),
+                *(cli.act_option(name, text) for name, text in bounds.items()),
+                cli.act_option("state", DeadLetterState.PENDING),
+                cli.act_option("order", "oldest"),
+                cli.act_option("limit", opts["limit"]),
+            ]
         else:
             raise usage_error(
                 "Give dead-letter ids or --job-type/--error-class/--queue/--source/--since/--until."
             )
-        if not ids:
-            raise usage_error("Nothing matches.")
-        destination = {
-            "to_queue": opts.get("to_queue"),
-            "allow_unknown_queue": opts.get("allow_unknown_queue", False),
-        }
-        try:
-            to_queue = services.check_destination(
-                destination["to_queue"],
-                ids=ids,
-                using=opts["backend"],
-                action=action,
-                allow_unknown=destination["allow_unknown_queue"],
-            )
-        except services.RefusedError as exc:
-            raise usage_error(str(exc)) from exc
-        preview = selectors.preview(
-            ids, action=action, allow_poisoned=allow_poisoned, using=opts["backend"]
+        if name := backend_name(opts["backend"]):
+            select.append(cli.act_option("backend", name))
+        operator = cli.act_option("operator", opts["operator"])
+        confirm = [cli.act_option("reason", opts["reason"]), operator]
+        for option in ("allow_poisoned", "allow_unknown_queue"):
+            if opts.get(option):
+                confirm.append("--" + option.replace("_", "-"))
+        for option, value in (
+            ("rate", opts.get("rate")),
+            ("to_queue", opts.get("to_queue")),
+            ("canary_size", opts.get("canary")),
+            ("canary_max_dead_share", opts.get("canary_max_dead_share")),
+        ):
+            if value is not None:
+                confirm.append(cli.act_option(option.replace("_", "-"), value))
+        # Under --json stdout holds act's one document; what the command says besides goes to
+        # stderr.
+        notes = self.stderr if opts["json"] else self.stdout
+        with transaction.atomic():
+            frozen = self._act_json(f"letters.{action}", *select, operator)
+            preview = json.loads(frozen)
+            if opts["ids"]:
+                self._refuse_missing(opts["ids"], opts["backend"])
+            if opts["dry_run"]:
+                self._preview(notes, action, preview, opts.get("to_queue"))
+                if opts["json"]:
+                    self.stdout.write(frozen, ending="")
+                else:
+                    self.stdout.write(
+                        f"Confirm with: manage.py act confirm {preview['selection']} --reason WHY "
+                        f"--operator {opts['operator']}"
+                    )
+                return
+            confirmed = self._act_json("confirm", str(preview["selection"]), *confirm)
+        outcome = json.loads(confirmed)
+        self._preview(notes, action, preview, outcome.get("to_queue"))
+        if opts["json"]:
+            self.stdout.write(confirmed, ending="")
+        else:
+            self.stdout.write(outcome["message"])
+        self._drive(notes, outcome["run"])
+
+    def _act_json(self, name, *argv) -> str:
+        """What `manage.py act NAME ARGV... --json` prints; its refusals are the command's."""
+        out = io.StringIO()
+        cli.act(self, name, *argv, "--json", stdout=out)
+        return out.getvalue()
+
+    def _refuse_missing(self, ids, database):
+        """Ids of no letter at all are a typo: refused (the frozen selection with them rolled
+        back) rather than carried out as skipped."""
+        found = set(
+            DeadLetter.objects.using(database).filter(pk__in=ids).values_list("pk", flat=True)
         )
-        self.stdout.write(
-            f"{action}: {preview.total} selected, {preview.will_act} to {action}"
+        missing = sorted(set(ids) - found)
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
+            raise usage_error(f"No dead letter {shown}")
+
+    def _preview(self, notes, action, preview, to_queue):
+        """The frozen selection as `act --json` previews it, in the command's lines."""
+        skipped = sum(row["count"] for row in preview.get("skipped", []))
+        notes.write(
+            f"{action}: {preview['count']} selected, {preview['will_act']} to {action}"
             + (f" to queue {cli.terminal_safe(to_queue)}" if to_queue else "")
-            + f", {preview.skip_count} skipped; types: "
-            + ", ".join(f"{t}={n}" for t, n in preview.by_type)
+            + f", {skipped} skipped; types: "
+            + ", ".join(f"{row['task_path']}={row['count']}" for row in preview["by_type"])
         )
-        if preview.previously_replayed:
-            self.stdout.write(
-                f"warning: {preview.previously_replayed} were replayed before (possible poison)"
+        if preview.get("previously_replayed"):
+            notes.write(
+                f"warning: {preview['previously_replayed']} were replayed before (possible poison)"
             )
-        for reason, n in preview.skipped:
-            self.stdout.write(f"  skip {n}: {reason}")
-        if opts["dry_run"]:
-            return
-        try:
-            with transaction.atomic():
-                selection = services.freeze_selection(
-                    operator=operator,
-                    action=action,
-                    ids=ids,
-                    filter=recorded,
-                    database=opts["backend"],
-                )
-                run = services.start_run(
-                    operator=operator,
-                    selection=selection,
-                    reason=opts["reason"],
-                    allow_poisoned=allow_poisoned,
-                    rate=opts.get("rate"),
-                    background=False,
-                    channel="cli",
-                    **destination,
-                    # A discard has none; a replay's default is the setting's.
-                    canary_size=(
-                        0
-                        if action != Action.REPLAY
-                        else setting("CANARY_SIZE")
-                        if opts.get("canary") is None
-                        else opts["canary"]
-                    ),
-                    canary_max_dead_share=opts.get("canary_max_dead_share"),
-                )
-        except services.RefusedError as exc:
-            raise usage_error(str(exc)) from exc
+        for row in preview.get("skipped", []):
+            notes.write(f"  skip {row['count']}: {row['reason']}")
+
+    def _drive(self, notes, run_id):
+        """Carry out the run `act` started, in this process, and say how it went. The confirm
+        (or approval) also queued its background runner, as every door's does: both go through
+        the run's locked row, batch by batch, so neither repeats the other's items, and the
+        runner that comes after the run is done does nothing. Any generation: the command
+        drives the run to its end (or its pause, cancel or halt), whoever else takes a turn."""
+        run = ReplayRun.objects.get(pk=run_id)
         if run.state == RunState.AWAITING:  # the two-person rule: nothing is done yet
-            self.stdout.write(
-                f"run {run.pk} awaiting approval: {run.requested} items is over the approval "
-                f"threshold of {conf.approval_threshold()}; a second operator approves it on "
-                f"its page or with: manage.py deadletters approve {run.pk} --operator NAME"
+            notes.write(
+                f"a second operator approves it on its page or with: manage.py deadletters "
+                f"approve {run.pk} --operator NAME"
             )
             return
-        if run.canary_size:
-            self.stdout.write(
+        if run.canary_size and run.state in (RunState.QUEUED, RunState.RUNNING):
+            notes.write(
                 f"canary: the first {run.canary_size} items go alone; waiting up to "
                 f"{run.canary_timeout:g} s for their jobs (a worker must run them)"
             )
-        services.carry_out(run.pk, run.generation)
+        services.carry_out(run.pk)
         run = ReplayRun.objects.get(pk=run.pk)
-        self.stdout.write(
-            f"run {run.pk} {run.state}: {run.done} {action}ed"
+        notes.write(
+            f"run {run.pk} {run.state}: {run.done} {run.action}ed"
             + (f" to queue {cli.terminal_safe(run.to_queue)}" if run.to_queue else "")
             + f", {run.skipped} skipped in {run.batches} batch(es)"
         )
         if run.canary_size:
-            self.stdout.write(
+            notes.write(
                 f"canary {run.canary_state or 'not out'}: {run.canary_done} done, "
                 f"{run.canary_dead} died again of {run.canary_size}"
             )
@@ -681,7 +702,8 @@ class Command(cli.Command):
     def _approve_arguments(self, sub):
         approve = sub.add_parser(
             "approve",
-            help="Approve a run awaiting a second user's approval, and carry it out (audited).",
+            help="Approve a run awaiting a second user's approval, and carry it out (audited): "
+            "as `manage.py act run.approve --run RUN`, then the run carried out here.",
         )
         approve.add_argument("run", type=cli.integer(1, MAX_ID, "a run id"))
         approve.add_argument(
@@ -691,42 +713,28 @@ class Command(cli.Command):
             help="Username the approval is recorded under: not the run's requester, holding "
             "the run's action permission.",
         )
+        approve.add_argument(
+            "--json",
+            action="store_true",
+            help="The outcome as one JSON object, as `manage.py act run.approve --json` prints "
+            "it (the run's progress on stderr).",
+        )
 
     def do_approve(self, opts):
-        """Refused (nothing written) for a missing run, the requester's own run, a missing
-        permission or a run not awaiting approval; then carried out here, as `replay` does."""
-        run = ReplayRun.objects.filter(pk=opts["run"]).first()
-        if run is None:
-            raise usage_error(f"No replay run {opts['run']}")
-        needed = [ACTION_PERMISSION[run.action]] + ([POISON] if run.allow_poisoned else [])
-        # As the registry's run.approve checks them, with its messages.
-        operator = registry_operator(opts["operator"], "run.approve", *needed)
-        try:
-            run = services.approve(run, operator=operator, background=False, channel="cli")
-        except services.RefusedError as exc:
-            raise usage_error(str(exc)) from exc
-        self.stdout.write(
-            f"run {run.pk} approved by {run.approved_by} (asked by {run.operator_name})"
+        """An alias of `manage.py act run.approve`: its checks (a missing run, the requester's
+        own run, a missing permission, a run not awaiting approval), messages, audit entry and
+        --json outcome; then the run is carried out here, as `replay` carries out its own."""
+        approved = self._act_json(
+            "run.approve",
+            cli.act_option("run", opts["run"]),
+            cli.act_option("operator", opts["operator"]),
         )
-        services.carry_out(run.pk, run.generation)
-        run = ReplayRun.objects.get(pk=run.pk)
-        self.stdout.write(
-            f"run {run.pk} {run.state}: {run.done} {run.action}ed, {run.skipped} skipped "
-            f"in {run.batches} batch(es)"
-        )
-
-
-def registry_operator(username: str, action: str, *more: str):
-    """The active user `username`, if the registry lets them do `action` and holds `more`
-    permissions besides: refused otherwise with the registry's message, as `manage.py act`
-    refuses them (status 2, one line)."""
-    user = cli.operator(username)
-    try:
-        actions.check(action, user)
-        actions.Actor(user, "cli").require(*more)
-    except actions.Missing as exc:
-        raise usage_error(str(exc)) from None
-    return user
+        outcome = json.loads(approved)
+        if opts["json"]:
+            self.stdout.write(approved, ending="")
+        else:
+            self.stdout.write(outcome["message"])
+        self._drive(self.stderr if opts["json"] else self.stdout, outcome["run"])
 
 
 def _to_file(write, *args, path: str):

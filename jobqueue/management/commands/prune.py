@@ -1,16 +1,16 @@
 """`manage.py prune`: delete what is past its retention, and say so in the audit log.
 
-Each run is one entry of the audit log (`chore.prune`, channel `cli`), written by the one writer
-(jobqueue.store.audit.record) after the deletes: how many rows of each kind it deleted and the
-retentions it used. Prune is also a scheduled chore (cron, or the leader's `Prune`), so
-`--operator` is optional: without it the entry's actor is `system`; with it, the named user
-(active; prune needs no permission of the console's, being housekeeping, not an operator's
-action on a target).
+Each run is one entry of the audit log (`chore.prune`, channel `cli`), written after the deletes
+by `chores.record_prune`, the writer the leader's `Prune` chore audits its runs with too (channel
+`system`): how many rows of each kind it deleted and the retentions it used. Prune is also run
+by a scheduler (cron), so `--operator` is optional: without it the entry's actor is `system`;
+with it, the named user (active; prune needs no permission of the console's, being
+housekeeping, not an operator's action on a target).
 """
 
 from django.utils import timezone
 
-from jobqueue import chores, store
+from jobqueue import chores
 from jobqueue.management import cli
 
 # A century: older cut-offs are a typo, and date arithmetic overflows not far beyond.
@@ -76,7 +76,12 @@ class Command(cli.Command):
 
     def handle(self, *args, **opts):
         # Refused before anything is deleted: an unknown or inactive user.
-        actor = cli.operator(opts["operator"]).get_username() if opts["operator"] else SYSTEM_ACTOR
+        actor = (
+            cli.operator(opts["operator"]).get_username()
+            if opts["operator"]
+            else chores.SYSTEM_ACTOR
+        )
+        now = timezone.now()
         report = chores.prune(
             chores.Retention(
                 outbox=opts["older_than"],
@@ -84,9 +89,9 @@ class Command(cli.Command):
                 counters=opts["counters_older_than"],
                 workers=opts["workers_lost_for"],
             ),
-            now=timezone.now(),
+            now=now,
         )
-        record(report, actor=actor, reason=opts["reason"] or "")
+        chores.record_prune(report, actor=actor, channel="cli", reason=opts["reason"] or "", at=now)
         if opts["json"]:
             self.stdout.write(
                 cli.json_text(
@@ -99,25 +104,3 @@ class Command(cli.Command):
             return
         for _, deleted, days, words in report:
             self.stdout.write(f"pruned {deleted} {words} {days:g} days")
-
-
-# Who a run without --operator is audited as: the scheduler that runs it (cron, a timer).
-SYSTEM_ACTOR = "system"
-
-
-def record(report, *, actor: str, reason: str = "", using: str = "default"):
-    """One audit entry for one run of prune: how many rows of each kind it deleted, and the
-    retention (days) it kept each to."""
-    return store.audit.record(
-        "chore.prune",
-        actor=actor,
-        channel="cli",
-        target_kind="chore",
-        targets=["prune"],
-        reason=reason,
-        params={
-            "deleted": {what: deleted for what, deleted, _, _ in report},
-            "older_than_days": {what: days for what, _, days, _ in report},
-        },
-        using=using,
-    )

@@ -6,18 +6,13 @@ imports: `show` prints a result's shape (type, keys, size) and the values only w
 A dead workflow is replayed through its dead letter (`manage.py deadletters replay`), which
 resumes it at the step it died at; this command has no replay of its own.
 
-`signal` is an operator's action, as the console's and the API's signal (the registry's
-`workflow.signal`) are: `--reason` and `--operator` (who needs jobqueue.act_on_job, the
-console's permission for it), and a delivered signal is one entry of the audit log, channel
-`cli`, written by the one writer (jobqueue.store.audit) in the signal's transaction. The entry
-keeps the payload's shape (`payload_summary`: type, keys, size), not its values, for want of
-the console's masking.
+`signal` is an alias of `manage.py act workflow.signal`, the registry's action, found by name
+when it runs (this app never imports the console): the same permission check (`act list` names
+it), validation, messages and `--json` outcome, and a delivered signal is the registry's one
+audit entry, channel `cli`, with the payload masked as the console masks it. Without the console
+app installed it refuses, naming `act` (docs/architecture.md).
 """
 
-from django.db import DataError, transaction
-
-from jobqueue import store, workflows
-from jobqueue.errors import UnstorableValue
 from jobqueue.management import cli
 from jobqueue.management.cli import described, summary
 from jobqueue.models import (
@@ -32,8 +27,6 @@ from jobqueue.models import (
 )
 
 WORKFLOW_ID = cli.integer(1, MAX_ID, "a workflow id")
-# The console's permission for a workflow's signal (deadletters.roles.ACT_ON_JOB).
-PERMISSION = "jobqueue.act_on_job"
 LIST_FIELDS = [
     "id",
     "task_path",
@@ -75,18 +68,17 @@ class Command(cli.Command):
             "without it only their type, keys and size.",
         )
 
-        # An operator's action, audited as the console's and the API's signal is: who, why.
         signal = sub.add_parser(
             "signal",
-            help="Send an event to a workflow: its wait_for(EVENT) returns the payload (once).",
+            help="Send an event to a workflow: its wait_for(EVENT) returns the payload (once); "
+            "as `manage.py act workflow.signal`.",
         )
         signal.add_argument("id", type=WORKFLOW_ID)
         signal.add_argument("event", type=cli.column(WorkflowSignal, "name"))
         signal.add_argument(
             "--payload", default=None, help="What wait_for returns, as JSON (default {})."
         )
-        signal.add_argument("--json", action="store_true", help="The outcome as one JSON object.")
-        cli.add_audit_arguments(signal, PERMISSION)
+        cli.add_act_arguments(signal, "workflow.signal")
 
     def handle(self, *args, **opts):
         return getattr(self, f"do_{opts['command']}")(opts)
@@ -214,81 +206,22 @@ class Command(cli.Command):
     # --- signal ----------------------------------------------------------------------------
 
     def do_signal(self, opts):
-        workflow_id, event = opts["id"], opts["event"]
-        payload = None
+        """An alias of `manage.py act workflow.signal` (the registry's action, found by name
+        when run): the same permission check, validation, messages, audit entry (the payload
+        masked as the console masks it) and --json outcome."""
+        argv = [
+            cli.act_option("workflow", opts["id"]),
+            cli.act_option("event", opts["event"]),
+        ]
         if opts["payload"] is not None:
-            try:
-                payload = store.loads(opts["payload"], "--payload")
-            except UnstorableValue as exc:  # nested past the one depth limit
-                raise cli.usage_error(str(exc)) from None
-            except ValueError as exc:  # JSONDecodeError, an int too long to read
-                raise cli.usage_error(f"--payload is not valid JSON: {exc}") from None
-        operator = cli.operator(opts["operator"], PERMISSION).get_username()
-        try:
-            # One transaction: the workflow row `signal` locks is read here before it commits,
-            # so what is printed is the state the signal met, not one a worker made after.
-            with transaction.atomic():
-                delivered = workflows.signal(workflow_id, event, payload)
-                if delivered:  # as the registry's: a signal already sent changes nothing
-                    store.audit.record(
-                        "workflow.signal",
-                        actor=operator,
-                        channel="cli",
-                        target_kind="workflow",
-                        targets=[workflow_id],
-                        reason=opts["reason"],
-                        params={
-                            "event": event,
-                            "payload_summary": summary({} if payload is None else payload),
-                        },
-                    )
-                state, waiting_for = Workflow.objects.values_list("state", "waiting_for").get(
-                    pk=workflow_id
-                )
-                sent_at = (
-                    WorkflowSignal.objects.filter(workflow_id=workflow_id, name=event)
-                    .values_list("sent_at", flat=True)
-                    .get()
-                )
-        except LookupError:
-            raise missing(workflow_id) from None
-        except (workflows.WorkflowError, ValueError, TypeError, RecursionError) as exc:
-            # An event name or payload `signal` refuses (NaN, NUL, a lone surrogate, too big).
-            raise cli.usage_error(exc) from None
-        except DataError as exc:
-            raise cli.usage_error(f"the database refused the signal: {exc}") from None
-        woke = delivered and state == WorkflowState.WAITING and waiting_for == event
+            argv.append(cli.act_option("payload", opts["payload"]))
+        argv += [
+            cli.act_option("reason", opts["reason"]),
+            cli.act_option("operator", opts["operator"]),
+        ]
         if opts["json"]:
-            self.stdout.write(
-                cli.json_text(
-                    {
-                        "workflow": workflow_id,
-                        "event": event,
-                        "delivered": delivered,
-                        "woke": woke,
-                        "state": state,
-                        "sent_at": sent_at.isoformat(),
-                    }
-                )
-            )
-            return
-        head = f"workflow {workflow_id}: {quoted(event)}"
-        if not delivered:
-            self.stdout.write(f"{head} was already sent at {sent_at.isoformat()}; nothing changed")
-        elif woke:
-            self.stdout.write(f"{head} delivered; it was waiting for it and runs again now")
-        elif state == WorkflowState.DONE:
-            self.stdout.write(f"{head} delivered, but the workflow is done: nothing will read it")
-        elif state == WorkflowState.DEAD:
-            self.stdout.write(
-                f"{head} delivered; the workflow is dead: in a replay of its dead letter, a "
-                f"wait_for({quoted(event)}) it reaches returns it"
-            )
-        else:
-            self.stdout.write(
-                f"{head} delivered; the workflow is {state}: a wait_for({quoted(event)}) it "
-                "reaches returns it at once"
-            )
+            argv.append("--json")
+        cli.act(self, "workflow.signal", *argv)
 
 
 # --- formatting ----------------------------------------------------------------------------
