@@ -3,7 +3,7 @@
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 
 @contextmanager
@@ -18,14 +18,7 @@ def once(key: str, *, job_type: str = "", using: str = "default") -> Iterator[bo
     back, so a retry runs the work again. A concurrent holder of the same key makes the second
     caller wait on the unique index and then see False.
     """
-    from jobqueue.models import Execution
+    from jobqueue.store import executions
 
     with transaction.atomic(using=using):
-        try:
-            with transaction.atomic(using=using):
-                Execution.objects.using(using).create(idempotency_key=key, job_type=job_type)
-        except IntegrityError:
-            first = False
-        else:
-            first = True
-        yield first
+        yield executions.record(key, job_type=job_type, using=using)

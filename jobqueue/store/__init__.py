@@ -13,6 +13,7 @@ By concern:
                         letter back to pending)
     sources/            one module per dead-letter source (jobs, outbox, django-q2, brokers)
     workers.py          the worker registry and per-minute counters
+    executions.py       effect keys (jobqueue.once): a key's row in the caller's transaction
     leader.py           leader leases: one holder per name and database (jobqueue.chores)
     queues.py           queue pause and resume, audited
     deploys.py          deploy markers (a pipeline's, a worker's on a new version), audited
