@@ -1,5 +1,6 @@
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -191,6 +192,22 @@ class Processes:
         )
         proc.log_path = log.name
         self.procs.append(proc)
+        return proc
+
+    def started(self, proc, timeout=120.0):
+        """Wait until `proc` logs its start (event=…_started): a process's start-up (Django,
+        the migrations check) is not what a fault test times, and on a loaded machine it alone
+        can take most of a condition's 30 s."""
+        log = Path(proc.log_path)
+        wait_until(
+            lambda: (
+                re.search(r"event=\w+_started ", log.read_text(errors="replace"))
+                or proc.poll() is not None
+            ),
+            timeout=timeout,
+            message=f"{proc.args[2]} start",
+        )
+        assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
         return proc
 
     def run(self, *args, env=None, timeout=60):
