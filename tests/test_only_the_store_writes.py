@@ -23,6 +23,20 @@ def test_a_write_from_the_console_or_the_worker_is_found():
     assert written_from(ROOT / "jobqueue" / "worker.py", "DELETE FROM jobqueue_jobcounter")
 
 
+def test_a_models_own_save_is_judged_by_its_caller():
+    code = compile(
+        "def save(sql):\n    return call(sql)\n", str(ROOT / "jobqueue/models.py"), "exec"
+    )
+    scope = {"call": lambda sql: writer(sql)}
+    exec(code, scope)
+    from_console = compile(
+        "def act(sql):\n    return save(sql)\n", str(ROOT / "deadletters/services.py"), "exec"
+    )
+    outer = {"save": scope["save"]}
+    exec(from_console, outer)
+    assert outer["act"](INSERT) == "deadletters/services.py:2 (act)"
+
+
 def test_the_store_tests_and_reads_may_write_or_read():
     assert written_from(ROOT / "jobqueue" / "store" / "jobs.py", INSERT) is None
     assert written_from(ROOT / "tests" / "factories.py", INSERT) is None

@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = tuple(str(ROOT / package) + os.sep for package in ("jobqueue", "deadletters"))
 STORE = str(ROOT / "jobqueue" / "store") + os.sep
 MIGRATIONS = os.sep + "migrations" + os.sep
+# A model's own save() or delete() (the audit log's append-only guard) writes for its caller:
+# the frame to judge is the one that called it.
+MODELS = str(ROOT / "jobqueue" / "models.py")
 PROJECT = (str(ROOT) + os.sep,)
 OUTSIDE = (str(ROOT / ".venv") + os.sep,)
 # The table each INSERT, UPDATE or DELETE writes (in a WITH's parts too), quoted or not.
@@ -29,7 +32,11 @@ def writer(sql: str) -> str | None:
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(PROJECT) and not path.startswith(OUTSIDE) and path != __file__:
+        if (
+            path.startswith(PROJECT)
+            and not path.startswith(OUTSIDE)
+            and path not in (__file__, MODELS)
+        ):
             if path.startswith(STORE) or MIGRATIONS in path or not path.startswith(LIBRARY):
                 return None
             return f"{os.path.relpath(path, ROOT)}:{frame.f_lineno} ({frame.f_code.co_name})"
