@@ -20,19 +20,19 @@ Tasks, each calling a trivial function (`trivial(i)`: i + 1) N times (--steps):
 Each variant runs as --jobs jobs of the in-process Worker (concurrency 1, burst), the variants
 in a rotated order over --rounds rounds after a warm-up round.
 
-What is measured, and how. Time: the handler's time per job, taken around Worker._execute in a
-subclass: the task's body with what the worker wraps around it (payload check, the workflow's
-begin and its final state write), not the claim and the acknowledgement, which are the same
-statements for every variant (on other threads' connections). The handler's connection is
-opened before the clock starts, so no job pays for connecting. Extra µs per step =
-(median job of the variant - median baseline job) / N. Round trips: everything the handler
-thread's connection sends during a job, counted in a separate pass (so counting adds no time
-to the timed ones): statements through `connection.execute_wrapper` installed on that thread's
-connection around the job, plus each COMMIT and ROLLBACK (the connection's `_commit` and
-`_rollback`, which execute_wrapper does not see) and, on PostgreSQL, the BEGIN psycopg sends
-before a transaction's first statement (one per COMMIT or ROLLBACK; on SQLite Django sends BEGIN
-as a statement, already counted). On SQLite a "round trip" is a call into the library, not the
-network. The baseline's handler never touches the database: 0.
+What is measured, and how. Time: the handler's time per job, taken around the worker's
+Executor.execute (jobqueue.execution) in a Worker subclass: the task's body with what the worker
+wraps around it (payload check, the workflow's begin and its final state write), not the claim
+and the acknowledgement, which are the same statements for every variant (on other threads'
+connections). The handler's connection is opened before the clock starts, so no job pays for
+connecting. Extra µs per step = (median job of the variant - median baseline job) / N. Round
+trips: everything the handler thread's connection sends during a job, counted in a separate pass
+(so counting adds no time to the timed ones): statements through `connection.execute_wrapper`
+installed on that thread's connection around the job, plus each COMMIT and ROLLBACK (the
+connection's `_commit` and `_rollback`, which execute_wrapper does not see) and, on PostgreSQL,
+the BEGIN psycopg sends before a transaction's first statement (one per COMMIT or ROLLBACK; on
+SQLite Django sends BEGIN as a statement, already counted). On SQLite a "round trip" is a call
+into the library, not the network. The baseline's handler never touches the database: 0.
 
 Yardsticks from the same run, on the main thread's connection: one `SELECT 1` (a round trip),
 and the floor of a step: its record's statements as raw SQL (BEGIN, the lease-guarded UPDATE of
@@ -190,13 +190,16 @@ def worker_class():
             self.count = count
             self.samples: list[tuple[float, int | None]] = []
             self.failures: list[str] = []
+            # Handler threads look the executor's `execute` up as they start: this one instead.
+            self._execute_untimed = self.executor.execute
+            self.executor.execute = self._execute
 
         def _execute(self, job):
             connection = connections[self.using]  # this handler thread's own
             connection.ensure_connection()  # connecting is not the job's cost
             if not self.count:
                 started = time.perf_counter()
-                finished = super()._execute(job)
+                finished = self._execute_untimed(job)
                 elapsed = time.perf_counter() - started
                 trips = None
             else:
@@ -215,7 +218,7 @@ def worker_class():
                 try:
                     with connection.execute_wrapper(counter):
                         started = time.perf_counter()
-                        finished = super()._execute(job)
+                        finished = self._execute_untimed(job)
                         elapsed = time.perf_counter() - started
                 finally:
                     del connection._commit, connection._rollback

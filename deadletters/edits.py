@@ -11,7 +11,7 @@ The checks, in order (each refusal says what is wrong and nothing is written):
   3. Storable as any job's payload: jobqueue.store.check_payload (JSON only, no NUL or lone
      surrogates, at most REDRIVE["MAX_PAYLOAD_BYTES"]).
   4. The task still imports and takes these arguments: the worker's own check
-     (jobqueue.worker.TaskCache), so an edit the worker would refuse is refused here.
+     (jobqueue.taskcache.TaskCache), so an edit the worker would refuse is refused here.
   5. The job type's own validator, if configured:
 
          REDRIVE = {"PAYLOAD_VALIDATORS": {"shop.tasks.send_receipt": "shop.checks.receipt"}}
@@ -146,7 +146,7 @@ def _as_sent(check, sent) -> Exception | None:
 
 
 def _check_call(task_path: str, args, kwargs) -> None:
-    from jobqueue.worker import TaskCache
+    from jobqueue.taskcache import TaskCache
 
     tasks = TaskCache()
     try:

@@ -144,7 +144,7 @@ def test_an_acknowledgement_the_database_refuses_settles_the_rest_of_its_batch(
         worker.held.hold(job)
         worker.held.returned(worker.held.start(job, None))
         worker.finished.put(Finished(job, 0.001, value=job.args[0]))
-    assert worker._settle() is True
+    assert worker.settler.settle() is True
     assert statements[0] == 4  # the batch, then one statement per job
     assert not worker.held and worker.finished.empty()
     states = {r.args[0]: Job.objects.get(pk=r.id).state for r in results}

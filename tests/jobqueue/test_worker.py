@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import DeadLetter, Execution, Job, JobState
+from jobqueue.settler import Settler
 from jobqueue.worker import MAX_PREFETCH, Finished, Worker
 from tests import tasks
 from tests.conftest import wait_until
@@ -183,7 +184,7 @@ def test_handler_over_its_timeout_is_failed_and_not_trusted():
 def test_a_retry_after_beyond_any_date_still_stores_the_retry(seconds):
     """RateLimited(retry_after=...) is the dependency's word, whatever it is: the retry waits
     at most MAX_RETRY_DELAY (a date out of range killed the settler on every run)."""
-    from jobqueue.worker import MAX_RETRY_DELAY
+    from jobqueue.settler import MAX_RETRY_DELAY
 
     result = tasks.rate_limited.enqueue(seconds)
     good = tasks.noop.enqueue(1)
@@ -240,11 +241,11 @@ def test_the_outcome_of_a_handler_given_up_on_is_not_taken_for_the_jobs_next_cla
     worker.held.hold(second)
     worker.held.start(second, None)
     worker.finished.put(Finished(first, duration=3.5, value="late"))
-    worker._settle()
+    worker.settler.settle()
     assert Job.objects.get(pk=result.id).state == JobState.RUNNING  # the new claim runs on
     assert worker.held[second.pk].job is second
     worker.finished.put(Finished(second, duration=0.1, value=3))
-    worker._settle()
+    worker.settler.settle()
     job = Job.objects.get(pk=result.id)
     assert (job.state, job.return_value) == (JobState.DONE, 3)
 
@@ -373,8 +374,8 @@ def test_outcomes_survive_a_database_error_while_settling(monkeypatch, failing):
 
     monkeypatch.setattr(store, failing, fails_once)
     with pytest.raises(OperationalError):
-        worker._settle()
-    assert worker._settle() is True
+        worker.settler.settle()
+    assert worker.settler.settle() is True
     assert worker.held == {}
     assert Job.objects.get(pk=ok.id).state == JobState.DONE
     failed = Job.objects.get(pk=bad.id)
@@ -479,7 +480,7 @@ def run_claimed(worker, n: int) -> list[Job]:
 def settle_claimed(worker, n: int, *, before_settle=lambda: None) -> list[Job]:
     claimed = run_claimed(worker, n)
     before_settle()
-    assert worker._settle()
+    assert worker.settler.settle()
     return claimed
 
 
@@ -526,7 +527,7 @@ def test_jobs_whose_outcomes_could_not_be_stored_are_watched_by_the_heartbeat_ag
     monkeypatch.setattr(store, "acknowledge", database_away)
     claimed = run_claimed(worker, 2)
     with pytest.raises(OperationalError):
-        worker._settle()
+        worker.settler.settle()
     assert worker.finished.qsize() == 2
     assert not any(worker.held[j.pk].settling for j in claimed)
     Job.objects.update(lease_token="taken-by-the-sweep-and-another-worker")
@@ -642,7 +643,7 @@ def test_a_settler_that_dies_stops_the_worker_for_a_restart(monkeypatch, caplog)
     def broken(self):
         raise RuntimeError("settler bug")
 
-    monkeypatch.setattr(Worker, "_settle", broken)
+    monkeypatch.setattr(Settler, "settle", broken)
     tasks.noop.enqueue(1)
     worker = Worker(poll_interval=0.05, grace=0.5)
     assert worker.run() == 1
