@@ -25,7 +25,7 @@ from jobqueue.conf import setting
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
-from jobqueue.store import sources
+from jobqueue.store import Among, sources
 
 LIST_FIELDS = [
     "id",
@@ -433,7 +433,7 @@ class Command(cli.Command):
             ids = list(dict.fromkeys(opts["ids"]))
             if len(ids) > setting("MAX_SELECTION"):
                 raise usage_error(f"A selection holds at most {setting('MAX_SELECTION'):,} items.")
-            found = DeadLetter.objects.using(opts["backend"]).filter(pk__in=ids)
+            found = DeadLetter.objects.using(opts["backend"]).filter(Among(ids))
             missing = sorted(set(ids) - set(found.values_list("pk", flat=True)))
             if missing:
                 shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
