@@ -94,6 +94,8 @@ def main():
         ]
         base_ms = median_ms(bare)
         print(f"\n{len(ids):,} dead letters on {connection.vendor}; median of {REPEAT} (ms)")
+        # Other work on a shared box skews every figure: say how busy it was.
+        print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
         print(f"{'step':<36} {'ms':>8} {'baseline':>9} {'ratio':>6}")
         total = 0.0
         for name, call in cases:
@@ -102,6 +104,7 @@ def main():
             print(f"{name:<36} {ms:>8.1f} {base_ms:>9.1f} {ms / base_ms:>6.1f}")
         verdict = "PASS" if total < 1000 else "MISS"
         print(f"{verdict}  freeze and preview under 1 s ({total:.0f} ms)")
+        print(f"load average {os.getloadavg()[0]:.2f}")
     finally:
         if args.postgres:
             connection.close()

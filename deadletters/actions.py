@@ -767,16 +767,13 @@ def _paused_destinations(selection: Selection, to_queue: str) -> list[str]:
         return []
     if to_queue:
         return [to_queue] if to_queue in paused else []
-    found = set()
-    for chunk in selectors.in_chunks(selection.ids):
-        found.update(
-            DeadLetter.objects.using(selection.database)
-            .filter(pk__in=chunk, queue_name__in=list(paused))
-            .order_by()
-            .values_list("queue_name", flat=True)
-            .distinct()
-        )
-    return sorted(found)
+    return sorted(
+        DeadLetter.objects.using(selection.database)
+        .filter(store.Among(selection.ids), queue_name__in=list(paused))
+        .order_by()
+        .values_list("queue_name", flat=True)
+        .distinct()
+    )
 
 
 for _verb, _label in ((LetterAction.REPLAY, "Replay"), (LetterAction.DISCARD, "Discard")):

@@ -362,8 +362,11 @@ class SelectionPreview:
 
 def preview(ids: list[int], action: str, now=None, using: str = "default") -> SelectionPreview:
     now = now or timezone.now()
-    waiting = Job.objects.using(using).filter(pk__in=ids, state=JobState.READY)
+    # One statement for any number of ids: `pk__in` binds one parameter per id, more than
+    # SQLite takes in one statement for a large selection.
+    chosen = Job.objects.using(using).filter(store.Among(ids))
+    waiting = chosen.filter(state=JobState.READY)
     if action == "run_now":
         waiting = waiting.filter(run_after__gt=now)
-    sample = list(Job.objects.using(using).filter(pk__in=ids).only(*LISTED).order_by("-id")[:20])
+    sample = list(chosen.only(*LISTED).order_by("-id")[:20])
     return SelectionPreview(total=len(ids), actionable=waiting.count(), sample=sample)

@@ -22,8 +22,6 @@ from .models import Action, HourlyCount, PendingCount, ReplayItem, ReplayRun
 from .paging import Keyset, Page
 
 POISON_REASON = "replayed {n} times already (poison limit)"
-# Bigger id lists are read in chunks: SQLite caps the parameters of one statement.
-CHUNK = 5000
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -519,12 +517,6 @@ def schedules():
     )
 
 
-def in_chunks(ids):
-    ids = list(ids)
-    for i in range(0, len(ids), CHUNK):
-        yield ids[i : i + CHUNK]
-
-
 def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "default") -> Preview:
     """What a run of these ids (letters of the queue database `using`) would do now, by the
     same rules the run applies per batch."""
@@ -532,38 +524,37 @@ def preview(ids, *, action: str, allow_poisoned: bool = False, using: str = "def
     result = Preview(action=action, total=len(ids))
     types, skipped, queues, fixed = Counter(), Counter(), Counter(), Counter()
     found = 0
-    # Counted by the database, a row per kind of letter: a 100,000-letter selection reads a
-    # few hundred rows, not 100,000 (ids are distinct: services._selected).
-    for chunk in in_chunks(ids):
-        kinds = (
-            DeadLetter.objects.using(using)
-            .filter(pk__in=chunk)
-            .order_by()
-            .values_list("state", "task_path", "queue_name", "source")
-            .annotate(
-                n=Count("pk"),
-                replayed=Count("pk", filter=Q(replays__gt=0)),
-                poisoned=Count("pk", filter=Q(replays__gte=max_replays)),
-            )
+    # Counted by the database in one statement, a row per kind of letter: a 100,000-letter
+    # selection reads a few hundred rows, not 100,000 (ids are distinct: services._selected).
+    kinds = (
+        DeadLetter.objects.using(using)
+        .filter(store.Among(ids))
+        .order_by()
+        .values_list("state", "task_path", "queue_name", "source")
+        .annotate(
+            n=Count("pk"),
+            replayed=Count("pk", filter=Q(replays__gt=0)),
+            poisoned=Count("pk", filter=Q(replays__gte=max_replays)),
         )
-        for state, path, queue, source, n, replayed, poisoned in kinds:
-            found += n
-            types[path] += n
-            queues[queue] += n
-            fixed[source] += n
-            result.previously_replayed += replayed
-            if state != DeadLetterState.PENDING:
-                skipped[store.SKIP_REASONS[state]] += n
-            elif action != Action.REPLAY:
-                result.will_act += n
-            elif allow_poisoned:
-                result.poisoned += poisoned
-                result.will_act += n
-            else:
-                result.poisoned += poisoned
-                if poisoned:
-                    skipped[POISON_REASON.format(n=max_replays)] += poisoned
-                result.will_act += n - poisoned
+    )
+    for state, path, queue, source, n, replayed, poisoned in kinds:
+        found += n
+        types[path] += n
+        queues[queue] += n
+        fixed[source] += n
+        result.previously_replayed += replayed
+        if state != DeadLetterState.PENDING:
+            skipped[store.SKIP_REASONS[state]] += n
+        elif action != Action.REPLAY:
+            result.will_act += n
+        elif allow_poisoned:
+            result.poisoned += poisoned
+            result.will_act += n
+        else:
+            result.poisoned += poisoned
+            if poisoned:
+                skipped[POISON_REASON.format(n=max_replays)] += poisoned
+            result.will_act += n - poisoned
     if found < len(ids):
         skipped[store.SKIP_MISSING] += len(ids) - found
     result.by_type = types.most_common()

@@ -38,7 +38,7 @@ from .models import (
     RunState,
     Selection,
 )
-from .selectors import POISON_REASON, in_chunks
+from .selectors import POISON_REASON
 
 PREVIEW_LIFETIME = timedelta(days=1)
 
@@ -129,11 +129,10 @@ def check_destination(
     except ValueError as exc:
         raise RefusedError(f"Not a queue to replay to: {exc}.", code="invalid_queue") from None
     counts, backends = Counter(), set()
-    for chunk in in_chunks(list(ids)):
-        rows = DeadLetter.objects.using(using).filter(pk__in=chunk).order_by()
-        for source, backend, n in rows.values_list("source", "backend").annotate(n=Count("id")):
-            counts[source] += n
-            backends.add(backend)
+    rows = DeadLetter.objects.using(using).filter(store.Among(ids)).order_by()
+    for source, backend, n in rows.values_list("source", "backend").annotate(n=Count("id")):
+        counts[source] += n
+        backends.add(backend)
     fixed = [(name, n) for name, n in sorted(counts.items()) if not sources.replays_to_queue(name)]
     if fixed:
         which = ", ".join(
@@ -162,6 +161,17 @@ def check_destination(
             code="unknown_queue",
         )
     return queue
+
+
+def _job_types(ids, *, using: str) -> list[str]:
+    """The task paths of these letters, each once, sorted: what a run records it replays."""
+    return sorted(
+        DeadLetter.objects.using(using)
+        .filter(store.Among(ids))
+        .order_by()
+        .values_list("task_path", flat=True)
+        .distinct()
+    )
 
 
 def start_run(
@@ -232,17 +242,7 @@ def start_run(
         action=selection.action,
         allow_unknown=allow_unknown_queue,
     )
-    job_types = sorted(
-        {
-            path
-            for chunk in in_chunks(ids)
-            for path in DeadLetter.objects.using(selection.database)
-            .filter(pk__in=chunk)
-            .order_by()
-            .values_list("task_path", flat=True)
-            .distinct()
-        }
-    )
+    job_types = _job_types(ids, using=selection.database)
     # A canary as large as the selection is none; a discard has none.
     canary = canary_size if selection.action == Action.REPLAY and canary_size < len(ids) else 0
     # Two-person rule: over the threshold it waits for a second user's `approve`.
@@ -585,17 +585,17 @@ def canary_tally(run: ReplayRun) -> CanaryTally:
         .values_list("dead_letter_id", "outcome", "job_id", "external_id")[: run.canary_size]
     )
     items = [(pk, job, ref) for pk, outcome, job, ref in rows if outcome == Outcome.REPLAYED]
-    jobs = {}
-    for chunk in in_chunks([job for _, job, _ in items if job is not None]):
-        jobs.update(Job.objects.using(using).filter(pk__in=chunk).values_list("pk", "state"))
-    letters = {}
-    for chunk in in_chunks([pk for pk, job, _ in items if job not in jobs]):
-        letters.update(
-            (pk, (state, ref))
-            for pk, state, ref in DeadLetter.objects.using(using)
-            .filter(pk__in=chunk)
-            .values_list("pk", "state", "replay_ref")
-        )
+    jobs = dict(
+        Job.objects.using(using)
+        .filter(store.Among(job for _, job, _ in items if job is not None))
+        .values_list("pk", "state")
+    )
+    letters = {
+        pk: (state, ref)
+        for pk, state, ref in DeadLetter.objects.using(using)
+        .filter(store.Among(pk for pk, job, _ in items if job not in jobs))
+        .values_list("pk", "state", "replay_ref")
+    }
     tally = CanaryTally(replayed=len(items))
     for pk, job, ref in items:
         if job in jobs:

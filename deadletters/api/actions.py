@@ -24,9 +24,10 @@ from django.http import StreamingHttpResponse
 from django.utils.cache import patch_cache_control
 from ninja import Router, Schema
 
+from jobqueue import store
 from jobqueue.models import DeadLetter
 
-from .. import actions, exports, selectors
+from .. import actions, exports
 from ..models import Selection
 from . import idempotency
 from .core import API, BODY_REFUSALS, REFUSALS, Error, Refused, api, missing
@@ -117,13 +118,11 @@ def answered(call):
 
 def by_cause(selection: Selection) -> list[dict]:
     """A letters selection's letters per cause (error fingerprint and class), most first."""
-    counts = Counter()
-    for chunk in selectors.in_chunks(selection.ids):
-        counts.update(
-            DeadLetter.objects.using(selection.database)
-            .filter(pk__in=chunk)
-            .values_list("fingerprint", "error_class")
-        )
+    counts = Counter(
+        DeadLetter.objects.using(selection.database)
+        .filter(store.Among(selection.ids))
+        .values_list("fingerprint", "error_class")
+    )
     return [
         {"fingerprint": fp or "", "error_class": cls or "(none)", "count": n}
         for (fp, cls), n in counts.most_common()

@@ -22,6 +22,7 @@ By concern:
     workflows.py        workflows' steps, signals, batch checkpoints and bad items
     payloads.py         JSON and text every database stores
     dialects.py         the Dialect protocol: what the store asks of a database's SQL
+    id_lists.py         Among: a filter on a list of ids of any length, one parameter
     postgresql.py, sqlite.py, sql_common.py: the SQL, one named constant per statement, and
                         the class of each dialect (PostgreSQL, SQLite) that runs it
 
@@ -39,6 +40,7 @@ from .dead_letters import (
     replay,
     replay_edited,
 )
+from .id_lists import Among
 from .jobs import (
     UNIQUE_STATES,
     NewJob,
@@ -86,6 +88,7 @@ __all__ = [
     "SKIP_REASONS",
     "SWEEP_LIMIT",
     "UNIQUE_STATES",
+    "Among",
     "CheckedJSON",
     "NewJob",
     "Resolution",

@@ -146,6 +146,10 @@ class Dialect(Protocol):
         """Lease up to `limit` available pending messages in id order under one token, each
         key's first only (sql_common.OUTBOX_KEY_IS_FREE); no two relays lease one message."""
 
+    def among(self, column: str, ids: Sequence[int]) -> tuple[str, list]:
+        """A condition true where `column` (compiled SQL) is one of `ids`, and its parameters:
+        one, however many ids (jobqueue.store.id_lists.Among)."""
+
     def bound_transaction(self, connection: BaseDatabaseWrapper, seconds: float) -> None:
         """Bound the caller's transaction: neither its statements, lock waits nor idle pauses
         may hold others up beyond `seconds` (SQLite: its single writer already is)."""

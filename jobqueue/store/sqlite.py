@@ -7,6 +7,7 @@ subquery reads, so it is as exclusive. Either way no other process can lease the
 the subquery cannot see a concurrent claim's rows half-updated.
 """
 
+import json
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -228,6 +229,12 @@ RETURNING {OUTBOX_ROWS.columns()}
 """
 
 
+# An id column among a list of ids, the list one JSON text parameter however long: a statement
+# takes at most SQLITE_LIMIT_VARIABLE_NUMBER parameters (32,766 in a default build), and an IN
+# list of thousands costs more to bind and parse than json_each to read.
+AMONG = "{column} IN (SELECT value FROM json_each(%s))"
+
+
 class Sender:
     """A bulk enqueue's batches of plain jobs, each inserted as it comes: SQLite runs in this
     process, so there is nothing to overlap building a batch with."""
@@ -337,6 +344,9 @@ class SQLite(SharedSQL):
         with connection.cursor() as cursor:
             cursor.execute(OUTBOX_INSERT, params)
             return cursor.fetchone()[0]
+
+    def among(self, column, ids):
+        return AMONG.format(column=column), [json.dumps(list(ids))]
 
     def bound_transaction(self, connection, seconds: float) -> None:
         """Nothing to bound: one process writes at a time, and the others wait for its write

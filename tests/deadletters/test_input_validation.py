@@ -8,9 +8,11 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
+from deadletters.forms import parse_id, parse_ids
 from deadletters.models import ReplayRun, Selection
 from tests.factories import DeadLetterFactory, ReplayRunFactory
 
@@ -242,3 +244,33 @@ def test_only_valid_filters_are_echoed_in_their_cleaned_form(operator_client, se
     assert inputs.hidden[:2] == [("job_type", "A"), ("order", "oldest")]
     next_link = re.search(r'rel="next" href="\?([^"]+)"', page.content.decode()).group(1)
     assert next_link.startswith("job_type=A&amp;order=oldest&amp;after=")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["1", "2,3"],  # a comma inside one: refused, not read as two ids
+        ["4", ""],
+        ["5", "0"],
+        ["6", str(MAX_ID + 1)],
+        ["7", "²"],
+        ["8", True],
+        ["9", 1.0],
+        [" 10 ", 11, "0012"],
+        [str(MAX_ID), 1],
+    ],
+)
+def test_a_list_of_ids_is_parsed_as_each_id_alone(values):
+    """parse_ids matches a whole list at once: it takes and refuses what parse_id does."""
+
+    def one_by_one():
+        return [parse_id(value) for value in values]
+
+    try:
+        expected = one_by_one()
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as refused:
+            parse_ids(values)
+        assert refused.value.messages == exc.messages
+    else:
+        assert parse_ids(values) == expected

@@ -74,15 +74,15 @@ def test_a_selection_confirmed_twice_at_once_is_one_run_and_a_refusal(operator, 
     is written."""
     letter = DeadLetterFactory()
     selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
-    chunks, seen = services.in_chunks, []
+    job_types, seen = services._job_types, []
 
-    def in_chunks_with_a_second_click(ids):
+    def job_types_with_a_second_click(ids, *, using):
         if not seen:
             seen.append(None)  # the second click's own look at the job types goes through
             seen[0] = services.start_run(operator=operator, selection=selection, reason="2nd")
-        return chunks(ids)
+        return job_types(ids, using=using)
 
-    monkeypatch.setattr(services, "in_chunks", in_chunks_with_a_second_click)
+    monkeypatch.setattr(services, "_job_types", job_types_with_a_second_click)
     with pytest.raises(services.RefusedError, match="already been confirmed"):
         services.start_run(operator=operator, selection=selection, reason="1st")
     [run] = ReplayRun.objects.all()

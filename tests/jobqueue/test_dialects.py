@@ -70,7 +70,7 @@ def test_the_protocol_names_what_the_store_calls():
     assert protocol_members(Dialect) == {
         "LOOPS", "SEND_CHUNK", "claim", "ready_keys", "acknowledge", "extend", "insert_many",
         "insert_keyed", "sender", "notify", "mark_replaying", "outbox_insert", "outbox_claim",
-        "bound_transaction",
+        "among", "bound_transaction",
     }  # fmt: skip
 
 

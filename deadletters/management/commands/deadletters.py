@@ -31,7 +31,7 @@ from jobqueue.conf import setting
 from jobqueue.management import cli
 from jobqueue.management.cli import usage_error
 from jobqueue.models import MAX_ID, DeadLetter, DeadLetterState
-from jobqueue.store import sources
+from jobqueue.store import Among, sources
 
 LIST_FIELDS = [
     "id",
@@ -519,7 +519,7 @@ class Command(cli.Command):
         """Ids of no letter at all are a typo: refused (the frozen selection with them rolled
         back) rather than carried out as skipped."""
         found = set(
-            DeadLetter.objects.using(database).filter(pk__in=ids).values_list("pk", flat=True)
+            DeadLetter.objects.using(database).filter(Among(ids)).values_list("pk", flat=True)
         )
         missing = sorted(set(ids) - found)
         if missing:
