@@ -82,10 +82,10 @@ class Settler:
         self._settling = True  # cleared once the main thread has nothing left to hand over
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="settler", daemon=True)
+        self._thread = threading.Thread(target=self._settle_loop, name="settler", daemon=True)
         self._thread.start()
 
-    def _loop(self):
+    def _settle_loop(self):  # its name is what SIGUSR1's stack dump shows for this thread
         """Store outcomes as handlers finish them, every SETTLE_INTERVAL or sooner when the
         inbox empties; back off (bounded) while the database is away, losing none."""
         self._queue_threads.add(threading.get_ident())
