@@ -74,6 +74,8 @@ def test_one_of_eight_workers_runs_the_chores_and_another_takes_over_a_dead_one(
     assert last_renewal_end <= second.acquired_at <= last_renewal_end + LOOK
     assert second.acquired_at - killed_at <= timedelta(seconds=LEASE) + LOOK
     survivors = [p for p in procs if p is not doomed]
+    # The row commits before its holder writes the log line: wait for the line, then count.
+    wait_until(lambda: leaders(survivors), timeout=30, message="the new leader's log line")
     assert leaders(survivors) == [survivors.index(procs[int(second.holder[1:])])]
 
     # Stopped, a leader hands the lease on at once, long before it would have ended.
