@@ -17,8 +17,8 @@ def written_from(path, sql):
 
 
 def test_a_write_from_the_console_or_the_worker_is_found():
-    assert written_from(ROOT / "deadletters" / "services.py", INSERT) == (
-        "deadletters/services.py:2 (execute)"
+    assert written_from(ROOT / "deadletters" / "services" / "runs.py", INSERT) == (
+        "deadletters/services/runs.py:2 (execute)"
     )
     assert written_from(ROOT / "jobqueue" / "worker.py", "DELETE FROM jobqueue_jobcounter")
 
@@ -30,18 +30,21 @@ def test_a_models_own_save_is_judged_by_its_caller():
     scope = {"call": lambda sql: writer(sql)}
     exec(code, scope)
     from_console = compile(
-        "def act(sql):\n    return save(sql)\n", str(ROOT / "deadletters/services.py"), "exec"
+        "def act(sql):\n    return save(sql)\n", str(ROOT / "deadletters/services/runs.py"), "exec"
     )
     outer = {"save": scope["save"]}
     exec(from_console, outer)
-    assert outer["act"](INSERT) == "deadletters/services.py:2 (act)"
+    assert outer["act"](INSERT) == "deadletters/services/runs.py:2 (act)"
 
 
 def test_the_store_tests_and_reads_may_write_or_read():
     assert written_from(ROOT / "jobqueue" / "store" / "jobs.py", INSERT) is None
     assert written_from(ROOT / "tests" / "factories.py", INSERT) is None
     assert written_from(ROOT / "jobqueue" / "worker.py", "SELECT * FROM jobqueue_job") is None
-    assert written_from(ROOT / "deadletters" / "services.py", "INSERT INTO deadletters_x") is None
+    assert (
+        written_from(ROOT / "deadletters" / "services" / "runs.py", "INSERT INTO deadletters_x")
+        is None
+    )
     assert (
         written_from(
             ROOT / "jobqueue" / "health.py", "WITH t AS (SELECT 1) SELECT * FROM jobqueue_job"

@@ -226,14 +226,14 @@ def test_a_waiting_runs_continuation_does_nothing_once_paused_or_cancelled(
 @pytest.mark.parametrize("stop", [services.pause, services.cancel])
 def test_pause_or_cancel_between_batches_stops_further_items(operator, settings, monkeypatch, stop):
     run = start(operator, 9, settings=settings)  # unlimited: one runner does every batch
-    real = services._process_batch
+    real = services.runs._process_batch
 
     def operator_stops_after_the_first_batch(*args, **kwargs):
         result = real(*args, **kwargs)
         stop(ReplayRun.objects.get(pk=run.pk), operator=operator)
         return result
 
-    monkeypatch.setattr(services, "_process_batch", operator_stops_after_the_first_batch)
+    monkeypatch.setattr(services.runs, "_process_batch", operator_stops_after_the_first_batch)
     assert work_runner_jobs(FakeClock()) == 1  # and that runner left no continuation
     run.refresh_from_db()
     assert (run.processed, run.batches) == (3, 1)

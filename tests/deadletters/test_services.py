@@ -74,7 +74,7 @@ def test_a_selection_confirmed_twice_at_once_is_one_run_and_a_refusal(operator, 
     is written."""
     letter = DeadLetterFactory()
     selection = services.freeze_selection(operator=operator, action="replay", ids=[letter.pk])
-    job_types, seen = services._job_types, []
+    job_types, seen = services.runs._job_types, []
 
     def job_types_with_a_second_click(ids, *, using):
         if not seen:
@@ -82,7 +82,7 @@ def test_a_selection_confirmed_twice_at_once_is_one_run_and_a_refusal(operator, 
             seen[0] = services.start_run(operator=operator, selection=selection, reason="2nd")
         return job_types(ids, using=using)
 
-    monkeypatch.setattr(services, "_job_types", job_types_with_a_second_click)
+    monkeypatch.setattr(services.runs, "_job_types", job_types_with_a_second_click)
     with pytest.raises(services.RefusedError, match="already been confirmed"):
         services.start_run(operator=operator, selection=selection, reason="1st")
     [run] = ReplayRun.objects.all()
@@ -282,7 +282,7 @@ def test_a_batch_chosen_as_a_deadlock_victim_is_tried_again(operator, small_batc
         operator=operator, action="replay", ids=[dl.pk for dl in letters]
     )
     run = services.start_run(operator=operator, selection=selection, reason="r", background=False)
-    real, calls = services._process_batch, []
+    real, calls = services.runs._process_batch, []
 
     class Deadlock(Exception):
         sqlstate = "40P01"
@@ -293,7 +293,7 @@ def test_a_batch_chosen_as_a_deadlock_victim_is_tried_again(operator, small_batc
             raise OperationalError("deadlock detected") from Deadlock()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(services, "_process_batch", victim_once)
+    monkeypatch.setattr(services.runs, "_process_batch", victim_once)
     assert services.process_batch(run.pk).handled == 3
     assert len(calls) == 2
     run.refresh_from_db()

@@ -1,32 +1,27 @@
-"""Writes of the console: freeze a selection, run it batch by batch, pause, resume, cancel.
-
-Plain functions; the caller checks permissions. Dead-letter state changes only through
-`jobqueue.store.replay` / `discard`, each called inside this module's own transaction together
-with the ledger rows of the batch, so a batch is recorded exactly when it happened.
-"""
+"""Replay runs: start one, carry it out batch by batch at its pace behind its canary, pause,
+resume, cancel, approve. Dead-letter state changes only through `jobqueue.store.replay` /
+`discard`, each called inside this module's own transaction together with the ledger rows of
+the batch, so a batch is recorded exactly when it happened."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import Count, Q
-from django.tasks import InvalidTaskBackend, task_backends
+from django.db.models import Q
 from django.utils import timezone
 
-from jobqueue import schedules, store
+from jobqueue import store
 from jobqueue.conf import setting
 from jobqueue.models import DeadLetter, Job, JobState
-from jobqueue.store import sources
 
-from . import conf, redaction
-from .models import (
+from .. import conf
+from ..models import (
     ACTIVE_STATES,
     Action,
     CanaryState,
@@ -38,129 +33,8 @@ from .models import (
     RunState,
     Selection,
 )
-from .selectors import POISON_REASON
-
-PREVIEW_LIFETIME = timedelta(days=1)
-
-
-class RefusedError(ValueError):
-    """The request cannot be carried out as asked (no reason, empty or foreign selection).
-    `code` names the refusal for a channel that adds its own hint (the console's tick box,
-    the API's `code`), "" when there is none."""
-
-    def __init__(self, message: str, code: str = ""):
-        super().__init__(message)
-        self.code = code
-
-
-def _selected(ids, noun: str) -> list[int]:
-    """The ids of a selection, each once, in order; refused if none or more than the cap."""
-    ids = list(dict.fromkeys(int(i) for i in ids))
-    if not ids:
-        raise RefusedError(f"Select at least one {noun}.")
-    cap = setting("MAX_SELECTION")
-    if len(ids) > cap:
-        raise RefusedError(f"A selection holds at most {cap:,} items.")
-    return ids
-
-
-def freeze_selection(
-    *,
-    operator,
-    action: str,
-    ids,
-    kind: str = Selection.Kind.LETTERS,
-    filter: dict | None = None,
-    database="default",
-    now=None,
-) -> Selection:
-    """Record exactly the ids an operator previews (dead letters, or queued jobs with `kind`
-    jobs) and the queue database they are rows of (deadletters.databases); confirming acts on
-    these and no others, in that database: `start_run` for letters, `apply_job_selection` for
-    jobs."""
-    ids = _selected(ids, "dead letter" if kind == Selection.Kind.LETTERS else "job")
-    now = now or timezone.now()
-    # Previews nobody confirmed within a day are dropped (a confirmed one is part of its run,
-    # or applied).
-    Selection.objects.filter(
-        run__isnull=True, applied_at__isnull=True, created_at__lt=now - PREVIEW_LIFETIME
-    ).delete()
-    return Selection.objects.create(
-        operator=operator,
-        kind=kind,
-        action=action,
-        filter=filter or {},
-        ids=ids,
-        database=database,
-        created_at=now,
-    )
-
-
-def check_destination(
-    to_queue: str | None,
-    *,
-    ids,
-    using: str = "default",
-    action: str = Action.REPLAY,
-    allow_unknown: bool = False,
-) -> str:
-    """The queue a replay of these letters (of the queue database `using`) is sent to: "" for
-    none given (each letter's own), else `to_queue`, checked for every door (the console's
-    form, the API, `manage.py act confirm` and `deadletters replay`) by one set of rules.
-    RefusedError, with its `code`, says why not:
-
-    - a discard, which sends nothing anywhere;
-    - not a queue name (store.queues.checked_name): invalid_queue;
-    - letters whose source replays them where they came from (an outbox message, a django-q2
-      task, a broker's message: not `sources.replays_to_queue`), even one among many: the
-      selection is refused whole, never run in part: cannot_change_queue;
-    - a queue the backend of some of the letters does not take (its TASKS QUEUES): the same
-      enqueue would be refused there: queue_not_allowed;
-    - a queue the console does not know (store.queues.is_known: no worker took from it, no
-      setting or task names it, no job or letter is of it), unless `allow_unknown`, so a typo
-      cannot strand the jobs where nothing claims them: unknown_queue.
-    """
-    if to_queue is None or to_queue == "":
-        return ""
-    if action != Action.REPLAY:
-        raise RefusedError("A discard sends nothing to a queue: leave the queue empty.")
-    try:
-        queue = store.queues.checked_name(to_queue)
-    except ValueError as exc:
-        raise RefusedError(f"Not a queue to replay to: {exc}.", code="invalid_queue") from None
-    counts, backends = Counter(), set()
-    rows = DeadLetter.objects.using(using).filter(store.Among(ids)).order_by()
-    for source, backend, n in rows.values_list("source", "backend").annotate(n=Count("id")):
-        counts[source] += n
-        backends.add(backend)
-    fixed = [(name, n) for name, n in sorted(counts.items()) if not sources.replays_to_queue(name)]
-    if fixed:
-        which = ", ".join(
-            f"{n} letter{'s' if n != 1 else ''} of source {name}" for name, n in fixed
-        )
-        raise RefusedError(
-            f"Not replayed to {queue}: {which} can only be replayed where they came from, and "
-            "a selection goes to one place whole. Leave the queue empty, or select only "
-            "jobqueue letters.",
-            code="cannot_change_queue",
-        )
-    for alias in sorted(backends):
-        try:
-            taken = task_backends[alias].queues
-        except InvalidTaskBackend:
-            continue  # a backend removed from TASKS: its letters' jobs go to the default one
-        if taken and queue not in taken:
-            raise RefusedError(
-                f"Not replayed to {queue}: backend {alias} takes only the queues "
-                f"{', '.join(sorted(taken))} (its TASKS QUEUES).",
-                code="queue_not_allowed",
-            )
-    if not allow_unknown and not store.queues.is_known(queue, using):
-        raise RefusedError(
-            f"Not replayed: {store.queues.UnknownQueue(queue, store.queues.known(using))}.",
-            code="unknown_queue",
-        )
-    return queue
+from ..selectors import POISON_REASON
+from .selections import RefusedError, check_destination
 
 
 def _job_types(ids, *, using: str) -> list[str]:
@@ -343,7 +217,7 @@ def _begin(run: ReplayRun, *, now, background: bool):
 
 
 def _enqueue_runner(run: ReplayRun, *, at=None):
-    from .tasks import carry_out_run
+    from ..tasks import carry_out_run
 
     task = carry_out_run if at is None else carry_out_run.using(run_after=at)
     task.enqueue(run.pk, run.generation)
@@ -434,7 +308,7 @@ def _process_batch(
         # their ledger rows say "skipped" instead of "replayed". (The other order could record
         # replays that never happened.) On default it is one transaction, as always.
         with transaction.atomic(using=using):
-            letters = _lock_in_order(ids, using=using)
+            letters = lock_in_order(ids, using=using)
             if run.action == Action.REPLAY:
                 done, skipped, refs = _replay(
                     ids,
@@ -663,7 +537,7 @@ def _watch_canary(run: ReplayRun, now, *, reschedule: bool) -> BatchResult:
     return BatchResult(0, True)
 
 
-def _lock_in_order(ids, *, using: str = "default") -> dict:
+def lock_in_order(ids, *, using: str = "default") -> dict:
     """Lock the batch's letters, then the counter rows their triggers will change, each in id
     order: the order every writer follows (a worker burying a letter locks it, then its
     counter), so two batches, or a batch and a worker, wait for each other instead of
@@ -824,7 +698,7 @@ def approve(
     starts exactly as a run under the threshold starts (`_begin`). Both names stay on the run:
     `operator_name` asked, `approved_by` approved (audited). RefusedError, changing
     nothing, for the requester's own run, a missing permission or a run not awaiting."""
-    from .roles import ACTION_PERMISSION, POISON
+    from ..roles import ACTION_PERMISSION, POISON
 
     now = now or timezone.now()
     with transaction.atomic():
@@ -854,268 +728,3 @@ def approve(
         _begin(locked, now=now, background=background)
     run.refresh_from_db()
     return run
-
-
-def control_queue(
-    action: str,
-    queue: str,
-    *,
-    operator,
-    reason: str,
-    allow_unknown: bool = False,
-    channel: str = "code",
-    now=None,
-    using: str = "default",
-) -> bool:
-    """Pause or resume a queue of the queue database `using` for an operator (store.queues
-    writes it with its audit entry, there); False if it was already so. A pause of a queue
-    that is not known is store.queues.UnknownQueue unless `allow_unknown`."""
-    who = {"actor": operator.get_username(), "reason": reason, "channel": channel}
-    if action == "pause":
-        return store.queues.pause(queue, **who, allow_unknown=allow_unknown, now=now, using=using)
-    return store.queues.resume(queue, **who, now=now, using=using)
-
-
-def act_on_schedule(
-    action: str, name: str, *, operator, reason: str, channel: str = "code", now=None
-):
-    """Pause, resume or run a schedule now for an operator (audited in the store). Returns
-    whether a pause or resume changed anything, or the job a run enqueued; ValueError says why
-    nothing was done."""
-    actor = operator.get_username()
-    if action == "run":
-        return schedules.run_now(name, actor=actor, reason=reason, channel=channel, now=now)
-    change = store.schedules.pause if action == "pause" else store.schedules.resume
-    return change(name, actor=actor, reason=reason, channel=channel, now=now)
-
-
-def act_on_jobs(
-    action: str,
-    ids,
-    *,
-    operator,
-    reason: str,
-    channel: str = "code",
-    selection: int | None = None,
-    now=None,
-    using: str = "default",
-) -> list[int]:
-    """Run these queued jobs of the queue database `using` now or cancel them for an operator
-    (store.job_actions writes each change with its audit entry, there, naming the frozen
-    `selection` they came from); returns the ids changed."""
-    change = store.job_actions.run_now if action == "run_now" else store.job_actions.cancel
-    return change(
-        ids,
-        actor=operator.get_username(),
-        reason=reason,
-        channel=channel,
-        selection=selection,
-        now=now,
-        using=using,
-    )
-
-
-def apply_job_selection(
-    selection: Selection, *, reason: str, channel: str = "code", now=None
-) -> list[int]:
-    """Carry out a frozen selection of jobs once, in its queue database; a second confirm
-    changes nothing."""
-    from . import databases
-
-    if selection.kind != Selection.Kind.JOBS:
-        raise RefusedError("This selection is of dead letters, not jobs.")
-    database = selection.database
-    if databases.of_database(database) is None:
-        raise RefusedError(
-            f"Its jobs are in database {database!r}, which no Redrive TASKS backend uses now."
-        )
-    now = now or timezone.now()
-    with transaction.atomic():
-        claimed = Selection.objects.filter(pk=selection.pk, applied_at__isnull=True).update(
-            applied_at=now, reason=reason
-        )
-    if not claimed:
-        raise RefusedError("This selection was already confirmed.")
-    try:
-        changed = act_on_jobs(
-            selection.action,
-            selection.ids,
-            operator=selection.operator,
-            reason=reason,
-            channel=channel,
-            selection=selection.pk,
-            now=now,
-            using=database,
-        )
-    except Exception:
-        # Chunks done so far stay done (and audited); the state guards skip them on a retry.
-        Selection.objects.filter(pk=selection.pk).update(applied_at=None)
-        raise
-    Selection.objects.filter(pk=selection.pk).update(changed=len(changed))
-    return changed
-
-
-def edit_and_replay(
-    *,
-    operator,
-    dead_letter_id: int,
-    args,
-    kwargs,
-    reason: str,
-    allow_poisoned: bool = False,
-    channel: str = "code",
-    now=None,
-):
-    """Replay one pending dead letter with an operator's edited payload (issue 18): the new job
-    gets the checked payload (deadletters.edits.checked: masks put back, storable, taken by the
-    task, passed by its validator) and everything else a replay keeps; the letter keeps its own
-    payload. Refused as a replay is (not pending, past the poison limit unless
-    `allow_poisoned`, key held by a live job), and for a source that replays its own payload.
-
-    One transaction writes the job, the letter's replaying state, the PayloadEdit (old and new
-    payloads, the job), the record a replay writes (a one-item run with its ledger row, its
-    filter naming the edit) and the audit log's entry (letter.edit_replay through `channel`:
-    the edit, the job, the run and the places changed, never their values). The caller checks
-    the edit permission (and the poison one).
-    RefusedError, writing nothing, says why not.
-    """
-    from . import edits
-    from .models import PayloadEdit
-
-    reason = (reason or "").strip()
-    if not reason:
-        raise RefusedError("A reason is required.")
-    letter = DeadLetter.objects.filter(pk=dead_letter_id).first()
-    if letter is None:
-        raise RefusedError(f"No dead letter #{dead_letter_id}.")
-    refuse_unless_editable(letter, allow_poisoned=allow_poisoned)
-    try:
-        # Equal to the letter's own payload only if the edit changed nothing the operator was
-        # shown: one who has not seen the masked values cannot replace them (edits.checked).
-        args, kwargs = edits.checked(
-            letter, args, kwargs, may_replace=redaction.has_seen(operator, letter)
-        )
-    except edits.InvalidEdit as exc:
-        raise RefusedError(str(exc)) from None
-    if (args, kwargs) == (letter.args, letter.kwargs):
-        raise RefusedError("The payload is unchanged: replay the letter instead of editing it.")
-    now = now or timezone.now()
-    with transaction.atomic():
-        locked = _lock_in_order([letter.pk])  # the letter, then its counter, as a batch does
-        if letter.pk not in locked:
-            raise RefusedError(f"No dead letter #{dead_letter_id}.")
-        letter.refresh_from_db()  # its state and replay count under the lock
-        refuse_unless_editable(letter, allow_poisoned=allow_poisoned)
-        try:
-            outcome = store.replay_edited(letter.pk, args=args, kwargs=kwargs, now=now)
-        except (TypeError, ValueError) as exc:  # checked above; the store checks again
-            raise RefusedError(f"Not a payload a job can carry: {exc}.") from None
-        if letter.pk in outcome.skipped:
-            raise RefusedError(f"Not replayed: {outcome.skipped[letter.pk]}.")
-        job = outcome.done[letter.pk]
-        edit = PayloadEdit.objects.create(
-            dead_letter=letter,
-            operator=operator,
-            operator_name=operator.get_username(),
-            reason=reason,
-            old_args=letter.args,
-            old_kwargs=letter.kwargs,
-            new_args=job.args if job else args,
-            new_kwargs=job.kwargs if job else kwargs,
-            job=job,
-            at=now,
-        )
-        recorded = {"payload_edit": edit.pk}
-        selection = Selection.objects.create(
-            operator=operator,
-            action=Action.REPLAY,
-            filter=recorded,
-            ids=[letter.pk],
-            created_at=now,
-        )
-        run = ReplayRun.objects.create(
-            action=Action.REPLAY,
-            selection=selection,
-            operator=operator,
-            operator_name=operator.get_username(),
-            reason=reason,
-            filter=recorded,
-            job_types=[letter.task_path],
-            allow_poisoned=allow_poisoned,
-            batch_size=1,
-            rate=0,
-            state=RunState.FINISHED,
-            requested=1,
-            processed=1,
-            done=1,
-            batches=1,
-            created_at=now,
-            started_at=now,
-            finished_at=now,
-            updated_at=now,
-        )
-        ReplayItem.objects.create(
-            run=run,
-            dead_letter_id=letter.pk,
-            task_path=letter.task_path,
-            outcome=Outcome.REPLAYED,
-            job_id=job.pk if job else None,
-            external_id=outcome.refs.get(letter.pk, ""),
-            batch=1,
-            at=now,
-        )
-        store.audit.record(
-            EDIT_REPLAY,
-            actor=operator.get_username(),
-            channel=channel,
-            target_kind="letter",
-            targets=[letter.pk],
-            reason=reason,
-            params=edit_params(edit, run=run.pk),
-            at=now,
-        )
-    return edit
-
-
-EDIT_REPLAY = "letter.edit_replay"  # the audit log's action of an edit and its replay
-
-
-def edit_params(edit, *, run: int | None) -> dict:
-    """What an edit is audited with: its record, the job and run it made, and where the payload
-    changed (edits.changed_paths: places, no values)."""
-    from . import edits
-
-    paths, changed = edits.changed_paths(
-        edit.old_args, edit.old_kwargs, edit.new_args, edit.new_kwargs
-    )
-    params = {"edit": edit.pk, "job": edit.job_id, "changed": paths}
-    if run is not None:
-        params["run"] = run
-    if changed > len(paths):
-        params["changed_more"] = changed - len(paths)
-    return params
-
-
-def refuse_unless_editable(letter, *, allow_poisoned: bool):
-    """The rules of a replay, for one letter about to be edited (RefusedError says which)."""
-    from jobqueue.models import DeadLetterState
-
-    if letter.state != DeadLetterState.PENDING:
-        raise RefusedError(
-            "Only a pending dead letter can be edited and replayed, not this one: "
-            f"{store.SKIP_REASONS[letter.state]}."
-        )
-    if not sources.editable(letter.source):
-        raise RefusedError(
-            f"Letters of source {letter.source!r} are replayed as they are, not edited: "
-            "replay it from its page."
-        )
-    if max(store.json_depth(letter.args), store.json_depth(letter.kwargs)) > store.MAX_JSON_DEPTH:
-        # Stored by hand or by an older version: no edit of it is a payload a job may carry.
-        raise RefusedError(
-            f"Its payload nests deeper than {store.MAX_JSON_DEPTH} levels, more than a job may "
-            "carry: it cannot be edited (discard it)."
-        )
-    limit = setting("MAX_REPLAYS")
-    if letter.replays >= limit and not allow_poisoned:
-        raise RefusedError(f"Not replayed: {POISON_REASON.format(n=limit)}.")
