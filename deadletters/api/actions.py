@@ -279,7 +279,7 @@ for _action in actions.REGISTRY.values():
 
 
 def _selection(request, pk: str) -> Selection:
-    from .reads import row_id
+    from .reads.kit import row_id
 
     return answered(lambda: actions.own_selection(row_id(pk, "selection"), request.auth.user))
 
