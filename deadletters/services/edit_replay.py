@@ -94,45 +94,8 @@ def edit_and_replay(
             job=job,
             at=now,
         )
-        recorded = {"payload_edit": edit.pk}
-        selection = Selection.objects.create(
-            operator=operator,
-            action=Action.REPLAY,
-            filter=recorded,
-            ids=[letter.pk],
-            created_at=now,
-        )
-        run = ReplayRun.objects.create(
-            action=Action.REPLAY,
-            selection=selection,
-            operator=operator,
-            operator_name=operator.get_username(),
-            reason=reason,
-            filter=recorded,
-            job_types=[letter.task_path],
-            allow_poisoned=allow_poisoned,
-            batch_size=1,
-            rate=0,
-            state=RunState.FINISHED,
-            requested=1,
-            processed=1,
-            done=1,
-            batches=1,
-            created_at=now,
-            started_at=now,
-            finished_at=now,
-            updated_at=now,
-        )
-        ReplayItem.objects.create(
-            run=run,
-            dead_letter_id=letter.pk,
-            task_path=letter.task_path,
-            outcome=Outcome.REPLAYED,
-            job_id=job.pk if job else None,
-            external_id=outcome.refs.get(letter.pk, ""),
-            batch=1,
-            at=now,
-        )
+        external_id = outcome.refs.get(letter.pk, "")
+        run = _record_as_run(letter, edit, job, external_id, now, allow_poisoned=allow_poisoned)
         store.audit.record(
             EDIT_REPLAY,
             actor=operator.get_username(),
@@ -144,6 +107,51 @@ def edit_and_replay(
             at=now,
         )
     return edit
+
+
+def _record_as_run(letter, edit, job, external_id: str, now, *, allow_poisoned: bool) -> ReplayRun:
+    """What a replay records, for an edit's: a finished one-item run with its ledger row, its
+    selection and filter naming the edit."""
+    recorded = {"payload_edit": edit.pk}
+    selection = Selection.objects.create(
+        operator=edit.operator,
+        action=Action.REPLAY,
+        filter=recorded,
+        ids=[letter.pk],
+        created_at=now,
+    )
+    run = ReplayRun.objects.create(
+        action=Action.REPLAY,
+        selection=selection,
+        operator=edit.operator,
+        operator_name=edit.operator_name,
+        reason=edit.reason,
+        filter=recorded,
+        job_types=[letter.task_path],
+        allow_poisoned=allow_poisoned,
+        batch_size=1,
+        rate=0,
+        state=RunState.FINISHED,
+        requested=1,
+        processed=1,
+        done=1,
+        batches=1,
+        created_at=now,
+        started_at=now,
+        finished_at=now,
+        updated_at=now,
+    )
+    ReplayItem.objects.create(
+        run=run,
+        dead_letter_id=letter.pk,
+        task_path=letter.task_path,
+        outcome=Outcome.REPLAYED,
+        job_id=job.pk if job else None,
+        external_id=external_id,
+        batch=1,
+        at=now,
+    )
+    return run
 
 
 EDIT_REPLAY = "letter.edit_replay"  # the audit log's action of an edit and its replay

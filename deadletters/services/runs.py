@@ -81,32 +81,8 @@ def start_run(
     as large as the selection is none (nothing would be left to hold back), and a discard has
     none. The allowed share and the timeout default to the settings.
     """
-    # Checked again here, not only in the form, the CLI and at start-up: a rate or batch size
-    # out of range would overflow the schedule or loop without progress in the runner.
-    try:
-        rate = conf.validate_replay_rate(setting("REPLAY_RATE") if rate is None else rate)
-        batch_size = conf.validate_replay_batch_size(setting("REPLAY_BATCH_SIZE"))
-        canary_size = conf.validate_canary_size(canary_size)
-        canary_share = conf.validate_canary_share(
-            setting("CANARY_MAX_DEAD_SHARE")
-            if canary_max_dead_share is None
-            else canary_max_dead_share
-        )
-        canary_timeout = conf.validate_canary_timeout(
-            setting("CANARY_TIMEOUT") if canary_timeout is None else canary_timeout
-        )
-        threshold = conf.approval_threshold()
-    except ValueError as exc:
-        raise RefusedError(str(exc)) from None
-    reason = (reason or "").strip()
-    if not reason:
-        raise RefusedError("A reason is required.")
-    if selection.operator_id != operator.pk:
-        raise RefusedError("This selection was previewed by another operator.")
-    if selection.kind != Selection.Kind.LETTERS:
-        raise RefusedError("This selection is of jobs, not dead letters.")
-    if ReplayRun.objects.filter(selection=selection).exists():
-        raise RefusedError("This selection has already been confirmed.")
+    limits = _run_limits(rate, canary_size, canary_max_dead_share, canary_timeout)
+    reason = _confirmable(selection, operator, reason)
     now = now or timezone.now()
     ids = selection.ids
     to_queue = check_destination(
@@ -118,9 +94,10 @@ def start_run(
     )
     job_types = _job_types(ids, using=selection.database)
     # A canary as large as the selection is none; a discard has none.
-    canary = canary_size if selection.action == Action.REPLAY and canary_size < len(ids) else 0
+    canary = limits.canary_size if selection.action == Action.REPLAY else 0
+    canary = canary if canary < len(ids) else 0
     # Two-person rule: over the threshold it waits for a second user's `approve`.
-    awaiting = threshold is not None and len(ids) > threshold
+    awaiting = limits.threshold is not None and len(ids) > limits.threshold
     try:
         with transaction.atomic():
             # Locked so it cannot expire (freeze_selection's clean-up) or be confirmed twice
@@ -140,12 +117,12 @@ def start_run(
                 job_types=job_types,
                 allow_poisoned=allow_poisoned and selection.action == Action.REPLAY,
                 to_queue=to_queue,
-                batch_size=batch_size,
-                rate=rate,
+                batch_size=limits.batch_size,
+                rate=limits.rate,
                 requested=len(ids),
                 canary_size=canary,
-                canary_max_dead_share=canary_share,
-                canary_timeout=canary_timeout,
+                canary_max_dead_share=limits.canary_share,
+                canary_timeout=limits.canary_timeout,
                 created_at=now,
                 updated_at=now,
                 **({"state": RunState.AWAITING} if awaiting else {}),
@@ -160,6 +137,54 @@ def start_run(
             raise RefusedError("This selection has already been confirmed.") from None
         raise
     return run
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    rate: float
+    batch_size: int
+    canary_size: int
+    canary_share: float
+    canary_timeout: float
+    threshold: int | None  # above this many items a second person approves (None: never)
+
+
+def _run_limits(rate, canary_size, canary_max_dead_share, canary_timeout) -> RunLimits:
+    """A run's pace, batch and canary, the settings filling what the caller left out. Checked
+    again here, not only in the form, the CLI and at start-up: a rate or batch size out of range
+    would overflow the schedule or loop without progress in the runner."""
+    try:
+        return RunLimits(
+            rate=conf.validate_replay_rate(setting("REPLAY_RATE") if rate is None else rate),
+            batch_size=conf.validate_replay_batch_size(setting("REPLAY_BATCH_SIZE")),
+            canary_size=conf.validate_canary_size(canary_size),
+            canary_share=conf.validate_canary_share(
+                setting("CANARY_MAX_DEAD_SHARE")
+                if canary_max_dead_share is None
+                else canary_max_dead_share
+            ),
+            canary_timeout=conf.validate_canary_timeout(
+                setting("CANARY_TIMEOUT") if canary_timeout is None else canary_timeout
+            ),
+            threshold=conf.approval_threshold(),
+        )
+    except ValueError as exc:
+        raise RefusedError(str(exc)) from None
+
+
+def _confirmable(selection: Selection, operator, reason: str) -> str:
+    """The reason, stripped, if `operator` may confirm `selection` as a run (RefusedError
+    otherwise)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise RefusedError("A reason is required.")
+    if selection.operator_id != operator.pk:
+        raise RefusedError("This selection was previewed by another operator.")
+    if selection.kind != Selection.Kind.LETTERS:
+        raise RefusedError("This selection is of jobs, not dead letters.")
+    if ReplayRun.objects.filter(selection=selection).exists():
+        raise RefusedError("This selection has already been confirmed.")
+    return reason
 
 
 def _record_start(run: ReplayRun, operator, channel: str, now, *, allow_unknown_queue: bool):
@@ -321,55 +346,67 @@ def _process_batch(
             else:
                 outcome = store.discard(ids, now=now, using=using)
                 done, skipped, refs = outcome.done, outcome.skipped, {}
-        ReplayItem.objects.bulk_create(
-            [
-                ReplayItem(
-                    run=run,
-                    dead_letter_id=pk,
-                    task_path=letters[pk].task_path if pk in letters else "",
-                    outcome=(
-                        Outcome.SKIPPED
-                        if pk in skipped
-                        else Outcome.REPLAYED
-                        if run.action == Action.REPLAY
-                        else Outcome.DISCARDED
-                    ),
-                    job_id=done[pk].pk if done.get(pk) is not None else None,
-                    external_id=refs.get(pk, ""),
-                    skip_reason=skipped.get(pk, "")[:255],
-                    batch=batch_no,
-                    at=now,
-                )
-                for pk in ids
-            ]
-        )
-        if run.state == RunState.QUEUED:
-            run.state, run.started_at = RunState.RUNNING, now
-        run.processed += len(ids)
-        run.done += len(done)
-        run.skipped += len(skipped)
-        run.batches = batch_no
-        run.updated_at = now
-        if run.processed >= run.requested:
-            run.state, run.finished_at = RunState.FINISHED, now
-        due_at = None
-        if run.rate:
-            run.next_item_at = due + timedelta(seconds=len(ids) / _pace(run.rate))
-            if run.next_item_at > now and run.state in ACTIVE_STATES:
-                due_at = run.next_item_at
-        if (
-            run.canary_size
-            and not run.canary_state
-            and run.processed >= run.canary_size
-            and run.state in ACTIVE_STATES
-        ):
-            # The whole canary is out: a fresh runner looks at its jobs in a moment.
-            run.canary_state, run.canary_started_at = CanaryState.WATCHING, now
-            due_at = now + timedelta(seconds=min(CANARY_CHECK_SECONDS, run.canary_timeout))
+        _record_batch(run, ids, letters, done, skipped, refs, batch_no, now)
+        due_at = _advance(run, len(ids), len(done), len(skipped), batch_no, due, now)
         if due_at is not None and reschedule:
             _continue_later(run, due_at)
         run.save()
         return BatchResult(len(ids), run.state in ACTIVE_STATES, due_at)
+
+
+def _record_batch(run: ReplayRun, ids, letters, done, skipped, refs, batch_no: int, now):
+    """A batch's ledger: one row per item, with what became of it."""
+    ReplayItem.objects.bulk_create(
+        [
+            ReplayItem(
+                run=run,
+                dead_letter_id=pk,
+                task_path=letters[pk].task_path if pk in letters else "",
+                outcome=(
+                    Outcome.SKIPPED
+                    if pk in skipped
+                    else Outcome.REPLAYED
+                    if run.action == Action.REPLAY
+                    else Outcome.DISCARDED
+                ),
+                job_id=done[pk].pk if done.get(pk) is not None else None,
+                external_id=refs.get(pk, ""),
+                skip_reason=skipped.get(pk, "")[:255],
+                batch=batch_no,
+                at=now,
+            )
+            for pk in ids
+        ]
+    )
+
+
+def _advance(run: ReplayRun, handled: int, carried_out: int, skipped: int, batch_no: int, due, now):
+    """Move a run past a batch (not saved): its counts, its state, the next item's time and
+    the canary's watch. Returns when its runner should look again, if not straight away."""
+    if run.state == RunState.QUEUED:
+        run.state, run.started_at = RunState.RUNNING, now
+    run.processed += handled
+    run.done += carried_out
+    run.skipped += skipped
+    run.batches = batch_no
+    run.updated_at = now
+    if run.processed >= run.requested:
+        run.state, run.finished_at = RunState.FINISHED, now
+    due_at = None
+    if run.rate:
+        run.next_item_at = due + timedelta(seconds=handled / _pace(run.rate))
+        if run.next_item_at > now and run.state in ACTIVE_STATES:
+            due_at = run.next_item_at
+    if (
+        run.canary_size
+        and not run.canary_state
+        and run.processed >= run.canary_size
+        and run.state in ACTIVE_STATES
+    ):
+        # The whole canary is out: a fresh runner looks at its jobs in a moment.
+        run.canary_state, run.canary_started_at = CanaryState.WATCHING, now
+        due_at = now + timedelta(seconds=min(CANARY_CHECK_SECONDS, run.canary_timeout))
+    return due_at
 
 
 def _pace(rate: float) -> float:
