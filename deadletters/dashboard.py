@@ -420,15 +420,19 @@ def _snapshots(now) -> tuple[Health, list[tuple]]:
     return combined([health for _, health in parts], now), parts
 
 
-@require_GET
-@console_view
-def dashboard(request):
-    now = timezone.now()
-    health, parts = _snapshots(now)
-    several = len(parts) > 1
-    internal = setting("REPLAY_QUEUE")
-    # A queue/task with nothing live, nothing dead and nothing finished this hour says nothing.
-    rows = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
+CHART_GEOMETRY = {
+    "chart_width": CHART_WIDTH,
+    "chart_height": CHART_HEIGHT,
+    "plot_left": LEFT,
+    "plot_right": CHART_WIDTH - RIGHT,
+    "plot_bottom": TOP + PLOT_HEIGHT,
+    "slot": SLOT,
+    "bar": BAR,
+}
+
+
+def _minute_charts(parts, now, internal: str) -> list:
+    """The per-minute charts of every queue database, summed."""
     series = {name: [0] * MINUTES for name in ("succeeded", "failed", "dead")}
     # The replay runner's own jobs are left out of the charts, but counted in the workers'
     # Done and Failed: each caption says how many of them it left out, so the two add up.
@@ -442,6 +446,54 @@ def dashboard(request):
             now, only_queues=[internal], using=backend.database
         ).items():
             apart[name] += sum(values)
+    return [
+        chart("Completed", "completed", "ok", series["succeeded"], now, apart["succeeded"]),
+        chart("Failed attempts", "failed", "warn", series["failed"], now, apart["failed"]),
+        # The workers' per-minute counters: jobs of this queue only (see the page's note).
+        chart(
+            "Jobs dead-lettered",
+            "jobs dead-lettered",
+            "danger",
+            series["dead"],
+            now,
+            apart["dead"],
+        ),
+    ]
+
+
+def _controls(request, health, parts, now) -> dict:
+    """What the page's pause and worker forms offer, to those who may use them."""
+    return {
+        "can_pause": request.user.has_perm(PAUSE_QUEUE),
+        "can_control_workers": request.user.has_perm(CONTROL_WORKER),
+        # The workers and hosts a quiet or stop may name (a poll does not show the form).
+        "worker_choices": health.workers if whole_page(request) else [],
+        "host_choices": sorted({w["host"] for w in health.workers}),
+        # The queues a pause takes without "no jobs yet" ticked (store.queues.known), offered
+        # to those who may pause; a poll of the health figures does not show the form.
+        "queue_names": sorted(
+            {
+                name
+                for backend, part in parts
+                for name in store.queues.known(
+                    backend.database, now, live=[q.queue for q in part.queues]
+                )
+            }
+        )
+        if request.user.has_perm(PAUSE_QUEUE) and whole_page(request)
+        else [],
+    }
+
+
+@require_GET
+@console_view
+def dashboard(request):
+    now = timezone.now()
+    health, parts = _snapshots(now)
+    several = len(parts) > 1
+    internal = setting("REPLAY_QUEUE")
+    # A queue/task with nothing live, nothing dead and nothing finished this hour says nothing.
+    rows = [r for r in health.rows if any(getattr(r, name) for name in SUMMED)]
     # A queue is listed with anything to say (a row of its tasks) or paused (to be resumed).
     shown = {(r.backend.name, r.queue) for r in rows}
     queue_rows = [q for q in health.queues if q.paused or (q.backend.name, q.queue) in shown]
@@ -462,19 +514,7 @@ def dashboard(request):
         "several": several,
         "backends": [backend for backend, _ in parts],
         "whole": whole_page(request),
-        "charts": [
-            chart("Completed", "completed", "ok", series["succeeded"], now, apart["succeeded"]),
-            chart("Failed attempts", "failed", "warn", series["failed"], now, apart["failed"]),
-            # The workers' per-minute counters: jobs of this queue only (see the page's note).
-            chart(
-                "Jobs dead-lettered",
-                "jobs dead-lettered",
-                "danger",
-                series["dead"],
-                now,
-                apart["dead"],
-            ),
-        ],
+        "charts": _minute_charts(parts, now, internal),
         # The keys the Ordering keys blocked figure counts, each with the letter holding it.
         "blocked_keys": [
             (backend, key, letter)
@@ -485,35 +525,12 @@ def dashboard(request):
         "deploy_marks": minute_marks(now),
         # The Deploys section sits outside the polled part too.
         "deploys": timefilter.recent_deploys(10) if whole_page(request) else [],
-        "chart_width": CHART_WIDTH,
-        "chart_height": CHART_HEIGHT,
-        "plot_left": LEFT,
-        "plot_right": CHART_WIDTH - RIGHT,
-        "plot_bottom": TOP + PLOT_HEIGHT,
-        "slot": SLOT,
-        "bar": BAR,
+        **CHART_GEOMETRY,
         "now": now,
         "poll_seconds": setting("OVERVIEW_POLL_SECONDS"),
         # Timing sits outside the polled part (its window is the page's): not read for a poll.
         **(timing_context(request, now, exclude_queues=[internal]) if whole_page(request) else {}),
-        "can_pause": request.user.has_perm(PAUSE_QUEUE),
-        "can_control_workers": request.user.has_perm(CONTROL_WORKER),
-        # The workers and hosts a quiet or stop may name (a poll does not show the form).
-        "worker_choices": health.workers if whole_page(request) else [],
-        "host_choices": sorted({w["host"] for w in health.workers}),
-        # The queues a pause takes without "no jobs yet" ticked (store.queues.known), offered
-        # to those who may pause; a poll of the health figures does not show the form.
-        "queue_names": sorted(
-            {
-                name
-                for backend, part in parts
-                for name in store.queues.known(
-                    backend.database, now, live=[q.queue for q in part.queues]
-                )
-            }
-        )
-        if request.user.has_perm(PAUSE_QUEUE) and whole_page(request)
-        else [],
+        **_controls(request, health, parts, now),
     }
     response = render_page(request, "deadletters/dashboard.html", "health", context)
     if context.get("window_error"):
