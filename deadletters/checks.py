@@ -41,11 +41,12 @@ HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
 def console_setup(app_configs=None, **kwargs):
     """The console's pages tell full loads from htmx swaps by request.htmx, which only
     django-htmx's middleware sets; a source named in settings must be installed."""
+    return [*_htmx_problems(), *_source_problems(), *_time_zone_problems()]
+
+
+def _htmx_problems() -> list:
     from django.apps import apps
     from django.conf import settings
-
-    from jobqueue.checks import closest, installed
-    from jobqueue.store import sources
 
     found = []
     if HTMX_MIDDLEWARE not in settings.MIDDLEWARE:
@@ -73,6 +74,18 @@ def console_setup(app_configs=None, **kwargs):
                 id="redrive.E034",
             )
         )
+    return found
+
+
+def _source_problems() -> list:
+    """Each dead-letter source named in settings (or configured as a broker) exists, and what
+    it needs is installed and configured."""
+    from django.apps import apps
+
+    from jobqueue.checks import closest, installed
+    from jobqueue.store import sources
+
+    found = []
     named = setting("SOURCES")
     named = list(named) if isinstance(named, list | tuple) else []  # else E009
     for source in [*named, *_configured_brokers(set(named))]:
@@ -121,6 +134,11 @@ def console_setup(app_configs=None, **kwargs):
                     id="redrive.E029",
                 )
             )
+    return found
+
+
+def _time_zone_problems() -> list:
+    found = []
     zone = setting("TIME_ZONE")
     try:
         ZoneInfo(zone)
