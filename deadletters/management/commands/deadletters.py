@@ -106,7 +106,14 @@ class Command(cli.Command):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="command", required=True)
+        self._read_arguments(sub)
+        self._run_arguments(sub)
+        self._export_arguments(sub)
+        self._approve_arguments(sub)
+        self._sync_arguments(sub)
 
+    def _read_arguments(self, sub):
+        """list, types, causes, show."""
         listing = sub.add_parser("list", help="Dead letters, newest first.")
         self._filters(listing)
         listing.add_argument("--state", choices=DeadLetterState.values, default=None)
@@ -157,6 +164,8 @@ class Command(cli.Command):
         )
         show.add_argument("--operator", help="Username the reveal is recorded under.")
 
+    def _run_arguments(self, sub):
+        """replay and discard: aliases of `act letters.replay|discard` then `act confirm`."""
         for name in ("replay", "discard"):
             act = sub.add_parser(
                 name,
@@ -228,8 +237,8 @@ class Command(cli.Command):
                     help="The share of the canary (0 to 1) that may die again before the run "
                     "halts (default REDRIVE['CANARY_MAX_DEAD_SHARE']).",
                 )
-        self._export_arguments(sub)
-        self._approve_arguments(sub)
+
+    def _sync_arguments(self, sub):
         sync = sub.add_parser(
             "sync",
             help="Mirror the dead letters brokers keep (RabbitMQ, SQS) and finish the replays "
