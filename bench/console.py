@@ -169,7 +169,7 @@ def run(args):
     from django.db import connection
     from django.test import Client
 
-    from deadletters import counters, search, selectors, services
+    from deadletters import counters, search, services, summaries
     from deadletters.roles import assign
     from jobqueue import store
     from jobqueue.models import DeadLetter
@@ -292,7 +292,7 @@ def run(args):
         ),
         (
             f"causes of {job_type} (grouping by fingerprint)",
-            lambda: selectors.causes(job_type),
+            lambda: summaries.causes(job_type),
             sql(
                 "SELECT fingerprint, count(*) FROM jobqueue_deadletter WHERE task_path = %s "
                 "AND state = 'pending' GROUP BY fingerprint",

@@ -24,6 +24,7 @@ from .. import (
     search,
     selectors,
     services,
+    summaries,
     workflows,
 )
 from ..forms import EditForm, FilterForm, ListPageForm, refusal
@@ -49,20 +50,20 @@ LETTER_GONE = "It may have been discarded and pruned, or the link has a typo."
 @require_GET
 @console_view
 def overview(request):
-    summaries = []
+    types = []
     for backend in databases.backends():
-        for summary in selectors.overview(using=backend.database):
+        for summary in summaries.by_type(using=backend.database):
             summary.backend = backend
-            summaries.append(summary)
+            types.append(summary)
     context = {
         # Every backend's job types together, most pending first (one backend: as they come).
-        "summaries": sorted(summaries, key=lambda s: (-s.count, s.task_path))
+        "summaries": sorted(types, key=lambda s: (-s.count, s.task_path))
         if databases.multiple()
-        else summaries,
+        else types,
         "several": databases.multiple(),
         "now": timezone.now(),
         "poll_seconds": setting("OVERVIEW_POLL_SECONDS"),
-        "spark_marks": selectors.spark_marks(),
+        "spark_marks": summaries.spark_marks(),
     }
     return render_page(request, "deadletters/overview.html", "groups", context)
 
@@ -111,8 +112,8 @@ def letter_list(request):
     if f.job_type and (partial == "listing" or whole_page(request)):
         # A job type's letters grouped by cause, above the rows: not for the pager, which
         # swaps only the rows.
-        context["causes"] = selectors.causes(f.job_type, using=backend.database)
-        context["spark_marks"] = selectors.spark_marks()
+        context["causes"] = summaries.causes(f.job_type, using=backend.database)
+        context["spark_marks"] = summaries.spark_marks()
     return render_page(request, "deadletters/list.html", partial, context)
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from deadletters import selectors
+from deadletters import selectors, summaries
 from deadletters.forms import FilterForm
 from jobqueue import store
 from jobqueue.models import DeadLetter, Job, JobState
@@ -47,7 +47,7 @@ def test_letters_of_one_cause_share_a_fingerprint(letters):
 
 
 def test_a_job_type_lists_its_causes_with_counts_times_and_trend(letters):
-    causes = selectors.causes("shop.charge")
+    causes = summaries.causes("shop.charge")
     assert [(c.pending, c.error_class) for c in causes] == [
         (5, "shop.Refused"),
         (3, "shop.Refused"),
@@ -59,7 +59,7 @@ def test_a_job_type_lists_its_causes_with_counts_times_and_trend(letters):
     assert sum(orders.hourly) == 5 and orders.hourly[-1] >= 1
     # Replaying one takes it out of the pending count.
     store.replay([letters[0].pk])
-    assert [c.pending for c in selectors.causes("shop.charge")] == [4, 3]
+    assert [c.pending for c in summaries.causes("shop.charge")] == [4, 3]
 
 
 def test_the_cause_filter_is_in_the_url_and_scopes_the_list(client, letters):

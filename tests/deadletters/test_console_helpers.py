@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from django.utils import timezone
 
-from deadletters.selectors import run_times, spark_bars
+from deadletters.selectors import run_times
+from deadletters.summaries import spark_bars
 from deadletters.templatetags.console import duration, ident
 
 

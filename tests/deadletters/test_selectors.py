@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from deadletters import selectors
+from deadletters import selectors, summaries
 from deadletters.selectors import ListFilter
 from jobqueue import store
 from tests.factories import DeadLetterFactory
@@ -134,7 +134,7 @@ def test_overview_groups_pending_by_type():
     replayed_since = DeadLetterFactory(task_path="a", dead_lettered_at=now)
     store.replay([replayed_since.pk])
     DeadLetterFactory(task_path="b", discarded=True)
-    [a] = selectors.overview(now=now)
+    [a] = summaries.by_type(now=now)
     assert a.task_path == "a"
     assert a.count == 3
     assert a.died_again == 1

@@ -9,7 +9,7 @@ from ninja import Schema
 
 from jobqueue.models import DeadLetter
 
-from ... import databases, selectors
+from ... import databases, selectors, summaries
 from ...forms import (
     FilterForm,
     ListPageForm,
@@ -43,7 +43,7 @@ def letter_types(request):
     """Pending dead letters per job type, every backend's, most first (the overview)."""
     found = []
     for backend in databases.backends():
-        for s in selectors.overview(using=backend.database):
+        for s in summaries.by_type(using=backend.database):
             found.append(
                 {
                     "backend": backend.name,
@@ -90,7 +90,7 @@ def letter_causes(request):
     if not job_type:
         raise Refused(400, "Invalid filter: job_type: Name the job type whose causes to list.")
     backend = databases.named(form.cleaned_data.get("backend"))
-    causes = selectors.causes(job_type, using=backend.database)
+    causes = summaries.causes(job_type, using=backend.database)
     return {
         "job_type": job_type,
         "causes": [

@@ -22,6 +22,7 @@ from deadletters import (
     redaction,
     selectors,
     services,
+    summaries,
     timefilter,
 )
 from deadletters.forms import FilterForm, refusal
@@ -342,7 +343,7 @@ class Command(cli.Command):
                 "newest": t.newest,
                 "top_errors": [{"error_class": c, "pending": n} for c, n in t.top_errors],
             }
-            for t in selectors.overview(using=opts["backend"])
+            for t in summaries.by_type(using=opts["backend"])
         ]
         if opts["json"]:
             self.write_json_rows(rows)
@@ -360,7 +361,7 @@ class Command(cli.Command):
             self.stdout.write("no pending dead letters")
 
     def do_causes(self, opts):
-        found = selectors.causes(opts["job_type"], limit=opts["limit"], using=opts["backend"])
+        found = summaries.causes(opts["job_type"], limit=opts["limit"], using=opts["backend"])
         rows = [
             {
                 "fingerprint": c.fingerprint,
