@@ -9,13 +9,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from deadletters import redaction
 from jobqueue import store
 from jobqueue.models import AuditEntry, DeadLetter
+from tests import development_migrations
 from tests.cli import run
 from tests.factories import DeadLetterFactory
 
@@ -24,8 +23,8 @@ BEFORE = [("deadletters", "0015_one_selection")]
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_reveals_exports_edits_and_run_starts_into_the_chain():
-    MigrationExecutor(connection).migrate(BEFORE)
-    apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+    development_migrations.executor().migrate(BEFORE)
+    apps = development_migrations.executor().loader.project_state(BEFORE).apps
     t0 = timezone.now().replace(microsecond=0) - timedelta(days=1)
     minute = timedelta(minutes=1)
     # Already in the log before: a queue's pause, and one run whose start has its entry.

@@ -3,13 +3,12 @@ counters are rebuilt per fingerprint."""
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from deadletters.models import PendingCount
 from jobqueue.fingerprints import fingerprint
 from jobqueue.models import DeadLetter
+from tests import development_migrations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,9 +16,9 @@ BEFORE = [("jobqueue", "0016_workflows"), ("deadletters", "0009_job_selection")]
 
 
 def test_the_migration_backfills_fingerprints_and_recounts_by_them():
-    executor = MigrationExecutor(connection)
+    executor = development_migrations.executor()
     executor.migrate(BEFORE)
-    apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+    apps = development_migrations.executor().loader.project_state(BEFORE).apps
     OldLetter = apps.get_model("jobqueue", "DeadLetter")
     now = timezone.now()
     messages = ["order 7 not found", "order 8 not found", "card declined"]

@@ -5,13 +5,12 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from deadletters import services
 from deadletters.models import ReplayRun, Selection
 from jobqueue.models import Job, JobState
+from tests import development_migrations
 from tests.deadletters.conftest import user_with_role
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -44,8 +43,8 @@ def test_a_selection_is_confirmed_only_by_the_flow_of_its_kind(client):
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_every_jobs_selection_in():
     before = [("deadletters", "0014_run_events_in_the_audit_log")]
-    MigrationExecutor(connection).migrate(before)
-    apps = MigrationExecutor(connection).loader.project_state(before).apps
+    development_migrations.executor().migrate(before)
+    apps = development_migrations.executor().loader.project_state(before).apps
     at = timezone.now().replace(microsecond=0)
     user = apps.get_model("auth", "User").objects.create(username="sel")
     apps.get_model("deadletters", "Selection").objects.create(

@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import close_old_connections, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from jobqueue import store
 from jobqueue.models import AppendOnly, AuditChain, AuditEntry
+from tests import development_migrations
 from tests.audit import audited
 from tests.cli import run
 from tests.factories import JobFactory, UserFactory
@@ -184,9 +184,9 @@ def test_concurrent_appends_form_one_line():
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_every_old_action_into_the_chain():
     before = [("jobqueue", "0020_unique_holds_cover_retrying")]
-    executor = MigrationExecutor(connection)
+    executor = development_migrations.executor()
     executor.migrate(before)
-    apps = MigrationExecutor(connection).loader.project_state(before).apps
+    apps = development_migrations.executor().loader.project_state(before).apps
     at = timezone.now().replace(microsecond=0)
     apps.get_model("jobqueue", "QueueAction").objects.create(
         queue_name="mail", action="pause", actor="ana", reason="smtp down", at=at
@@ -245,8 +245,8 @@ def test_the_audit_page_lists_queue_job_and_schedule_actions_by_operator(client)
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_replay_runs_control_events_onto_the_chain():
     before = [("deadletters", "0013_job_selection_database"), ("jobqueue", "0021_audit_log")]
-    MigrationExecutor(connection).migrate(before)
-    apps = MigrationExecutor(connection).loader.project_state(before).apps
+    development_migrations.executor().migrate(before)
+    apps = development_migrations.executor().loader.project_state(before).apps
     at = timezone.now().replace(microsecond=0)
     user = apps.get_model("auth", "User").objects.create(username="dee")
     selection = apps.get_model("deadletters", "Selection").objects.create(
