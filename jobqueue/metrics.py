@@ -59,27 +59,17 @@ class HealthCollector:
     with one, the labels are as they always were."""
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import GaugeMetricFamily
 
         now = timezone.now()
         known = queue_databases()
+        # One database: the labels as they always were; several: each sample names its backend.
         by = ["backend"] if len(known) > 1 else []
-        parts, up, reached = [], [], []
-        for q in known:
-            try:
-                parts.append((q.name, snapshot(now=now, using=q.database)))
-                reached.append((q.name, q.database))
-            except DatabaseError as exc:
-                if not by:
-                    raise  # the only database: the scrape fails, which Prometheus reports
-                # One database away must not hide the others' figures: it is reported down.
-                log_line(
-                    logger, logging.WARNING, "metrics_backend_unreachable", backend=q.name,
-                    error=first_line(exc),
-                )  # fmt: skip
-                up.append((q.name, 0))
-            else:
-                up.append((q.name, 1))
+
+        def labelled(backend, *values):
+            return [backend, *values] if by else list(values)
+
+        parts, up, reached = self._snapshots(now, known, several=bool(by))
         if by:
             family = GaugeMetricFamily(
                 "redrive_backend_up",
@@ -89,9 +79,35 @@ class HealthCollector:
             for backend, value in up:
                 family.add_metric([backend], value)
             yield family
+        yield from self._per_row(parts, by, labelled)
+        yield from self._timings(now, reached, by, labelled)
+        yield from self._states(parts, by, labelled)
 
-        def labelled(backend, *values):
-            return [backend, *values] if by else list(values)
+    @staticmethod
+    def _snapshots(now, known, *, several: bool):
+        """Each database's health snapshot, whether it answered, and those that did."""
+        parts, up, reached = [], [], []
+        for q in known:
+            try:
+                parts.append((q.name, snapshot(now=now, using=q.database)))
+                reached.append((q.name, q.database))
+            except DatabaseError as exc:
+                if not several:
+                    raise  # the only database: the scrape fails, which Prometheus reports
+                # One database away must not hide the others' figures: it is reported down.
+                log_line(
+                    logger, logging.WARNING, "metrics_backend_unreachable", backend=q.name,
+                    error=first_line(exc),
+                )  # fmt: skip
+                up.append((q.name, 0))
+            else:
+                up.append((q.name, 1))
+        return parts, up, reached
+
+    @staticmethod
+    def _per_row(parts, by, labelled):
+        """The gauges of each (queue, task) row, and its attempts of the last 5 and 60 minutes."""
+        from prometheus_client.core import GaugeMetricFamily
 
         for name, doc, attr in PER_ROW:
             family = GaugeMetricFamily(name, doc, labels=[*by, "queue", "task"])
@@ -113,6 +129,12 @@ class HealthCollector:
                             getattr(row, f"{outcome}_{window}"),
                         )
             yield family
+
+    @staticmethod
+    def _timings(now, reached, by, labelled):
+        """Run time and queue wait of the last hour's attempts, as histograms."""
+        from prometheus_client.core import HistogramMetricFamily
+
         histograms = [
             (RUN, "redrive_job_run_seconds", "Run time of the attempts finished in the last hour."),
             (
@@ -137,6 +159,12 @@ class HealthCollector:
                         histogram.seconds,
                     )
             yield family
+
+    @staticmethod
+    def _states(parts, by, labelled):
+        """Paused queues, live and lost workers, and when a job last succeeded."""
+        from prometheus_client.core import GaugeMetricFamily
+
         paused = GaugeMetricFamily(
             "redrive_queue_paused",
             "1 while a queue is paused (workers skip it).",
