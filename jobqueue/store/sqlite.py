@@ -38,11 +38,45 @@ UPDATE jobqueue_job SET
 WHERE id IN ({pick})
 RETURNING {returning}
 """
-PICK = """
-    SELECT id FROM jobqueue_job
-    WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s {queue_filter}
-      AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
-      AND {order_is_free}
+# Each ordering line's first ready job (its head), one probe of ready_line_idx per line (a loose
+# index scan), at most MAX_LINES lines, and of those the heads that may run now: due, of a
+# served queue, free (ORDER_IS_FREE). A line's later jobs can run only after its head, so the
+# claim looks at no other job of the line.
+LINES = """WITH RECURSIVE lines(k) AS (
+            SELECT min(ordering_key) FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NOT NULL
+            UNION ALL
+            SELECT (SELECT min(ordering_key) FROM jobqueue_job
+                    WHERE state = 'ready' AND concurrency_key IS NULL
+                      AND ordering_key IS NOT NULL AND ordering_key > lines.k)
+            FROM lines WHERE lines.k IS NOT NULL
+            LIMIT {max_lines}
+        )"""
+HEADS = f"""SELECT id, priority, run_after, concurrency_key, concurrency_limit
+        FROM jobqueue_job WHERE id IN (
+            {LINES}
+            SELECT (SELECT id FROM jobqueue_job
+                    WHERE state = 'ready' AND concurrency_key IS NULL
+                      AND ordering_key IS NOT NULL AND ordering_key = lines.k
+                    ORDER BY COALESCE(ordering_position, id) LIMIT 1)
+            FROM lines WHERE lines.k IS NOT NULL
+        ) AND state = 'ready' AND run_after <= %(now)s {{queue_filter}}
+          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+          AND {{order_is_free}}"""
+MAX_LINES = 1_000
+# The plain jobs' best and the free heads', the best of both.
+PICK = f"""
+    SELECT id FROM (
+        SELECT * FROM (
+            SELECT id, priority, run_after FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
+              AND run_after <= %(now)s {{queue_filter}}
+              AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+            ORDER BY priority DESC, run_after, id
+            LIMIT %(limit)s)
+        UNION ALL
+        SELECT id, priority, run_after FROM ({HEADS})
+    )
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 """
@@ -60,8 +94,9 @@ _NEXT_OF_KEY = f"""SELECT * FROM (
             ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
 _NEXT_KEYLESS = f"""SELECT * FROM (
             SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
-            WHERE concurrency_key IS NULL AND {_CLAIMABLE}
-            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+            WHERE concurrency_key IS NULL AND ordering_key IS NULL AND {_CLAIMABLE}
+            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)
+        UNION ALL SELECT * FROM ({HEADS})"""
 PICK_KEYED = """
     SELECT id FROM (
         SELECT id, priority, run_after,
@@ -111,7 +146,10 @@ def claim_statement(shape: ClaimShape) -> str:
         )
         template = LEASE.replace("{pick}", PICK_KEYED.replace("{candidates}", candidates))
     return template.format(
-        queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
+        queue_filter=queue_filter,
+        returning=_JOB_COLUMNS,
+        order_is_free=ORDER_IS_FREE,
+        max_lines=MAX_LINES,
     )
 
 
