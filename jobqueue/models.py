@@ -89,6 +89,8 @@ READY_PLAIN = Q(state="ready", concurrency_key__isnull=True, ordering_key__isnul
 READY_IN_LINE = Q(state="ready", concurrency_key__isnull=True, ordering_key__isnull=False)
 READY_KEYED = Q(state="ready", concurrency_key__isnull=False)
 READY_PARTS = (READY_PLAIN, READY_IN_LINE, READY_KEYED)
+# A job's place in its ordering line (Job.position), as the ordering indexes have it.
+LINE_POSITION = Coalesce("ordering_position", "id", output_field=models.BigIntegerField())
 
 
 class JobQuerySet(models.QuerySet):
@@ -181,7 +183,7 @@ class Job(models.Model):
             # head with one probe per line (a loose index scan), however long the line.
             models.Index(
                 F("ordering_key"),
-                Coalesce("ordering_position", "id", output_field=models.BigIntegerField()),
+                LINE_POSITION,
                 name="jobqueue_job_ready_line_idx",
                 condition=READY_IN_LINE,
             ),

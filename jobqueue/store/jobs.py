@@ -22,6 +22,7 @@ from django.utils import timezone
 from jobqueue.conf import setting
 from jobqueue.logfmt import log_line
 from jobqueue.models import (
+    READY_PARTS,
     UNFINISHED_STATES,
     DeadLetter,
     Job,
@@ -432,12 +433,9 @@ def throttled(queues, *, now: datetime, using: str = "default") -> bool:
     due = Job.objects.using(using).filter(
         state=JobState.READY, queue_name__in=served, run_after__lte=now
     )
-    # One probe per partial index of ready jobs (keyless, keyed): "ready" alone matches
-    # neither and would scan every finished job.
-    return (
-        due.filter(concurrency_key__isnull=True).exists()
-        or due.filter(concurrency_key__isnull=False).exists()
-    )
+    # One probe per partial index of ready jobs (READY_PARTS): "ready" alone matches none
+    # and would scan every finished job.
+    return any(due.filter(part).exists() for part in READY_PARTS)
 
 
 def _claim_rate_limited(
