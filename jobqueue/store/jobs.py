@@ -155,13 +155,12 @@ def _plain(job: Job, unique: Unique | None) -> bool:
 
 
 def _hot(job: Job) -> bool:
-    """What the dialects' hot INSERT carries: a ready job with no ordering or concurrency key,
-    of no replay. Anything else goes through the ORM's insert, so the hot statements carry no
-    such columns for the jobs that have none."""
+    """What the dialects' hot INSERT carries: a ready job of no replay (its ordering and
+    concurrency keys too, in a statement of their own for the jobs that have them). Anything
+    else goes through the ORM's insert."""
     return (
-        job.ordering_key is None
-        and job.concurrency_key is None
-        and job.replayed_from_id is None
+        job.replayed_from_id is None
+        and job.ordering_position is None
         and job.state == JobState.READY
     )
 
