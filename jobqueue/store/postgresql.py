@@ -96,6 +96,13 @@ WITH_HEADS = (
 )
 PICK = PLAIN + WITH_HEADS
 
+# A key's limit, as a claim reads it: that of its next job (a key's jobs share one as a rule).
+# A claim reads no more of a key's jobs than that less what runs (it read `limit` of each key,
+# 20,000 rows for 100 keys, to take two of each); each job it takes is still within its own.
+KEY_LIMIT = """SELECT concurrency_limit FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key = key.k
+            ORDER BY priority DESC, run_after, id LIMIT 1"""
+
 # While jobs with a concurrency key are ready: among the keys this claim holds (LOCK_KEYS), per
 # key its next jobs up to its limit less what runs now (counted after the lock, so no other
 # claim of the key is in flight), ranked within the key, and the keyless jobs as one more key;
@@ -121,7 +128,7 @@ WITH RECURSIVE """
           AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
           AND {order_is_free}
         ORDER BY priority DESC, run_after, id
-        LIMIT %(limit)s
+        LIMIT least(%(limit)s, greatest(0, ({key_limit}) - running.n))
     ) AS next
     UNION ALL
     -- The jobs without a key share the batch as one more key, without a limit.
@@ -146,12 +153,14 @@ WITH RECURSIVE """
     -- a job another claim leased and committed since is locked in its new version (PostgreSQL
     -- re-checks this WHERE on it, not the candidates' conditions): without it the job would be
     -- leased a second time while it runs.
+    -- = ANY(ARRAY(…)): each by its id (`id IN (…)` was planned as a hash join over a walk of
+    -- every ready job).
     SELECT id FROM jobqueue_job
-    WHERE id IN (
+    WHERE id = ANY(ARRAY(
         SELECT id FROM candidates WHERE rank <= free
         ORDER BY rank, priority DESC, run_after, id
         LIMIT %(limit)s
-    ) AND state = 'ready'
+    )) AND state = 'ready'
     FOR UPDATE SKIP LOCKED
 )"""
 )
@@ -255,6 +264,7 @@ def _claim_statement(shape: ClaimShape) -> str:
         "columns": JOB_ROWS.columns(),
         "order_is_free": ORDER_IS_FREE,
         "max_lines": MAX_LINES,
+        "key_limit": KEY_LIMIT,
     }
     queue_filter = ("AND queue_name = ANY(%(queues)s)" if shape.named else "") + (
         " AND queue_name <> ALL(%(excluded)s)" if shape.excluding else ""
@@ -302,14 +312,25 @@ WHERE pg_try_advisory_xact_lock(hashtextextended('redrive:concurrency:' || k, 0)
 # element; parsed once, each value is taken as it is (json_to_recordset parsed each row's fields
 # again: 3.5 against 3.0 ms for 200 jobs, EXPLAIN ANALYZE, hand-run). A JSON null stays a JSON
 # null (`-> 2`), not SQL NULL.
+#
+# A job done with an ordering or a concurrency key lets its line's next job, or one more of its
+# key, run: the queue's workers are woken as by an enqueue. Without it a worker whose claim found
+# every line held by the other's slept its poll interval, and one worker drained them all.
 ACKNOWLEDGE = """
-UPDATE jobqueue_job AS j SET
-    state = 'done', finished_at = %(now)s, return_value = v.r -> 2,
-    lease_token = NULL, locked_until = NULL, locked_by = NULL
-FROM jsonb_array_elements(%(rows)s::jsonb) AS v(r)
-WHERE j.id = (v.r ->> 0)::bigint AND j.state = 'running' AND j.lease_token = v.r ->> 1
-  AND j.locked_until > %(now)s
-RETURNING j.id
+WITH acked AS (
+    UPDATE jobqueue_job AS j SET
+        state = 'done', finished_at = %(now)s, return_value = v.r -> 2,
+        lease_token = NULL, locked_until = NULL, locked_by = NULL
+    FROM jsonb_array_elements(%(rows)s::jsonb) AS v(r)
+    WHERE j.id = (v.r ->> 0)::bigint AND j.state = 'running' AND j.lease_token = v.r ->> 1
+      AND j.locked_until > %(now)s
+    RETURNING j.id, j.queue_name,
+              j.ordering_key IS NOT NULL OR j.concurrency_key IS NOT NULL AS keyed
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q)) AS n
+    FROM (SELECT DISTINCT queue_name AS q FROM acked WHERE keyed) AS freed
+)
+SELECT id, (SELECT n FROM woken) FROM acked
 """
 _PLAIN_TOKEN = re.compile(r"[0-9A-Za-z-]*").fullmatch  # what gen_random_uuid()::text makes
 
@@ -803,7 +824,7 @@ class PostgreSQL(SharedSQL):
         document = ",".join(
             f"[{int(job_id)},{_json_token(token)},{result}]" for job_id, token, result in rows
         )
-        params = {"rows": f"[{document}]", "now": now}
+        params = {"rows": f"[{document}]", "now": now, "channel": NOTIFY_CHANNEL}
         return {row[0] for row in fetch(connection, ACKNOWLEDGE, params)}
 
     def extend(self, connection, table, leases, *, now, until):

@@ -80,8 +80,9 @@ PICK = f"""
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 """
-# While jobs with a concurrency key are ready: for each key ready_keys found, its next jobs
-# (one indexed subquery per key: SQLite has no LATERAL), and the keyless jobs' next as one
+# While jobs with a concurrency key are ready: for each key ready_keys found, its next jobs,
+# no more than its limit (that of its next job) less what runs (one indexed subquery per key:
+# SQLite has no LATERAL), and the keyless jobs' next as one
 # more key (the NULL partition); ranked within each key, a key's count capped at its limit less
 # what runs now; every key's first before any key's second. One writer at a time (IMMEDIATE
 # transactions), so the running count cannot miss a claim in flight.
@@ -91,7 +92,14 @@ _CLAIMABLE = """state = 'ready' AND run_after <= %(now)s {queue_filter}
 _NEXT_OF_KEY = f"""SELECT * FROM (
             SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
             WHERE concurrency_key = %(k{{n}})s AND {_CLAIMABLE}
-            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+            ORDER BY priority DESC, run_after, id LIMIT max(0, coalesce(min(%(limit)s, (
+                SELECT concurrency_limit FROM jobqueue_job
+                WHERE state = 'ready' AND concurrency_key = %(k{{n}})s
+                ORDER BY priority DESC, run_after, id LIMIT 1
+            ) - (
+                SELECT count(*) FROM jobqueue_job
+                WHERE state = 'running' AND concurrency_key = %(k{{n}})s
+            )), 0)))"""
 _NEXT_KEYLESS = f"""SELECT * FROM (
             SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
             WHERE concurrency_key IS NULL AND ordering_key IS NULL AND {_CLAIMABLE}
