@@ -20,6 +20,10 @@ from django.utils.dateparse import parse_datetime
 from jobqueue.conf import setting
 from jobqueue.models import (
     LEASED,
+    LINE_POSITION,
+    READY_IN_LINE,
+    READY_KEYED,
+    READY_PLAIN,
     WAITING,
     DeadLetter,
     DeadLetterState,
@@ -225,7 +229,7 @@ class LiveSample:
     # Per (queue, task, worker, concurrency key, its limit): {..., "running", "expired"}.
     running: list[dict]
     capped_queues: set[str]  # queues whose keyless ready jobs were more than LIVE_CAP
-    keyed_capped: bool  # keyed ready jobs were more than LIVE_CAP (in any queue)
+    keyed_capped: bool  # keyed or ordered ready jobs were more than LIVE_CAP (in any queue)
     running_capped: bool
     oldest: dict[str, datetime]  # per queue: the earliest run_after of its ready jobs, exact
 
@@ -238,7 +242,7 @@ def live_sample(now: datetime, using: str = "default", cap: int | None = None) -
     over the cap has its earliest job looked up per priority instead."""
     cap = LIVE_CAP if cap is None else cap
     jobs = Job.objects.using(using)
-    keyless = jobs.filter(state=JobState.READY, concurrency_key__isnull=True)
+    keyless = jobs.filter(READY_PLAIN)
     ready: list[dict] = []
     capped: set[str] = set()
     oldest: dict[str, datetime] = {}
@@ -250,11 +254,15 @@ def live_sample(now: datetime, using: str = "default", cap: int | None = None) -
             capped.add(queue)
             oldest[queue] = _earliest_of_priorities(keyless.filter(queue_name=queue))
         ready.extend(found)
-    keyed = jobs.filter(state=JobState.READY, concurrency_key__isnull=False)
-    keyed = keyed.order_by("concurrency_key", *claim_order)
-    found, n = _ready_heads(keyed[:cap], now, using)
-    keyed_capped = n == cap and keyed[cap : cap + 1].exists()
-    ready.extend(found)
+    # Jobs with a concurrency key, and those in ordering lines, in the order of their indexes.
+    keyed_capped = False
+    for keyed in (
+        jobs.filter(READY_KEYED).order_by("concurrency_key", *claim_order),
+        jobs.filter(READY_IN_LINE).order_by("ordering_key", LINE_POSITION),
+    ):
+        found, n = _ready_heads(keyed[:cap], now, using)
+        keyed_capped = keyed_capped or (n == cap and keyed[cap : cap + 1].exists())
+        ready.extend(found)
     for r in ready:
         if r["earliest"] is not None:
             oldest[r["queue"]] = min(oldest.get(r["queue"], r["earliest"]), r["earliest"])

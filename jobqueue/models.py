@@ -81,6 +81,18 @@ LEASED = (JobStatus.RUNNING, JobStatus.EXPIRED)
 UNFINISHED = WAITING + LEASED
 
 
+# The three partial indexes of waiting jobs, each claimed its own way: plain ones in priority
+# order, ordered ones by their line's head, those with a concurrency key per key. "state is
+# ready" alone matches none of them (a walk of every finished job): a query of waiting jobs
+# says which part it reads, or all three (READY_PARTS).
+READY_PLAIN = Q(state="ready", concurrency_key__isnull=True, ordering_key__isnull=True)
+READY_IN_LINE = Q(state="ready", concurrency_key__isnull=True, ordering_key__isnull=False)
+READY_KEYED = Q(state="ready", concurrency_key__isnull=False)
+READY_PARTS = (READY_PLAIN, READY_IN_LINE, READY_KEYED)
+# A job's place in its ordering line (Job.position), as the ordering indexes have it.
+LINE_POSITION = Coalesce("ordering_position", "id", output_field=models.BigIntegerField())
+
+
 class JobQuerySet(models.QuerySet):
     def ready(self, now):
         return self.filter(state=JobState.READY, run_after__lte=now)
@@ -154,22 +166,32 @@ class Job(models.Model):
             # The claim scans only due ready rows, best priority first: one index for workers
             # that take every queue, one for workers bound to named queues.
             # Jobs with a concurrency key are claimed apart (fairly, per key) and are not in
-            # these two, so a tenant's backlog never sits in front of the other jobs.
+            # these two, so a tenant's backlog never sits in front of the other jobs; nor are
+            # jobs with an ordering key (a line's later jobs wait behind its head: the claim
+            # walked every one of them), whose lines have their own index, next.
             models.Index(
                 fields=["-priority", "run_after", "id"],
                 name="jobqueue_job_ready_idx",
-                condition=Q(state="ready", concurrency_key__isnull=True),
+                condition=READY_PLAIN,
             ),
             models.Index(
                 fields=["queue_name", "-priority", "run_after", "id"],
                 name="jobqueue_job_ready_queue_idx",
-                condition=Q(state="ready", concurrency_key__isnull=True),
+                condition=READY_PLAIN,
+            ),
+            # Each ordering line's ready jobs in position order: the claim finds each line's
+            # head with one probe per line (a loose index scan), however long the line.
+            models.Index(
+                F("ordering_key"),
+                LINE_POSITION,
+                name="jobqueue_job_ready_line_idx",
+                condition=READY_IN_LINE,
             ),
             # The keyed claim: each key's next jobs, and how many of a key run now.
             models.Index(
                 fields=["concurrency_key", "-priority", "run_after", "id"],
                 name="jobqueue_job_ready_key_idx",
-                condition=Q(state="ready", concurrency_key__isnull=False),
+                condition=READY_KEYED,
             ),
             models.Index(
                 fields=["concurrency_key"],

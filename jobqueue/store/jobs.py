@@ -22,6 +22,7 @@ from django.utils import timezone
 from jobqueue.conf import setting
 from jobqueue.logfmt import log_line
 from jobqueue.models import (
+    READY_PARTS,
     UNFINISHED_STATES,
     DeadLetter,
     Job,
@@ -154,13 +155,12 @@ def _plain(job: Job, unique: Unique | None) -> bool:
 
 
 def _hot(job: Job) -> bool:
-    """What the dialects' hot INSERT carries: a ready job with no ordering or concurrency key,
-    of no replay. Anything else goes through the ORM's insert, so the hot statements carry no
-    such columns for the jobs that have none."""
+    """What the dialects' hot INSERT carries: a ready job of no replay (its ordering and
+    concurrency keys too, in a statement of their own for the jobs that have them). Anything
+    else goes through the ORM's insert."""
     return (
-        job.ordering_key is None
-        and job.concurrency_key is None
-        and job.replayed_from_id is None
+        job.replayed_from_id is None
+        and job.ordering_position is None
         and job.state == JobState.READY
     )
 
@@ -432,12 +432,9 @@ def throttled(queues, *, now: datetime, using: str = "default") -> bool:
     due = Job.objects.using(using).filter(
         state=JobState.READY, queue_name__in=served, run_after__lte=now
     )
-    # One probe per partial index of ready jobs (keyless, keyed): "ready" alone matches
-    # neither and would scan every finished job.
-    return (
-        due.filter(concurrency_key__isnull=True).exists()
-        or due.filter(concurrency_key__isnull=False).exists()
-    )
+    # One probe per partial index of ready jobs (READY_PARTS): "ready" alone matches none
+    # and would scan every finished job.
+    return any(due.filter(part).exists() for part in READY_PARTS)
 
 
 def _claim_rate_limited(

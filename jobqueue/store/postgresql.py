@@ -28,27 +28,90 @@ logger = logging.getLogger("jobqueue")
 
 NOTIFY_CHANNEL = "jobqueue"
 
-# MATERIALIZED makes the planner run the locking subquery exactly once: a bare
+# Each ordering line's head: the first ready job of each line, one probe of ready_line_idx per
+# line (a loose index scan, ordering_key > the last line's), at most MAX_LINES lines. A line's
+# later jobs can run only after its head, so the head is the only one of its line a claim need
+# look at: the claim used to walk every waiting job of every line (0.08 of the plain drain).
+LINES = """lines(k, pos, id) AS (
+    (SELECT ordering_key, COALESCE(ordering_position, id), id FROM jobqueue_job
+     WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NOT NULL
+     ORDER BY ordering_key, COALESCE(ordering_position, id) LIMIT 1)
+    UNION ALL
+    SELECT next.* FROM lines CROSS JOIN LATERAL (
+        SELECT ordering_key, COALESCE(ordering_position, id), id FROM jobqueue_job
+        WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NOT NULL
+          AND ordering_key > lines.k
+        ORDER BY ordering_key, COALESCE(ordering_position, id) LIMIT 1
+    ) AS next
+)"""
+# The heads that may run now: due, of a served queue, and free (ORDER_IS_FREE: nothing of the
+# line running, or dead and blocking); each looked up by its id (LATERAL: `id IN (lines)` was
+# planned as a walk of the whole table on one not yet analyzed), locked as it is found where
+# {lock} says so.
+HEADS = """
+    SELECT head.id, head.priority, head.run_after
+    FROM (SELECT id FROM lines LIMIT {max_lines}) AS line CROSS JOIN LATERAL (
+        SELECT id, priority, run_after FROM jobqueue_job
+        WHERE id = line.id AND state = 'ready' AND run_after <= %(now)s {queue_filter}
+          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+          AND {order_is_free}
+        {lock}
+    ) AS head"""
+MAX_LINES = 1_000
+
+# The plain jobs' walks keep ORDER_IS_FREE though their jobs have no ordering key (its first
+# term decides, nothing more runs): the planner's estimate of the walk stays what it was, and on a
+# table not yet analyzed it walks the index rather than reading the whole table to sort it.
+#
+# MATERIALIZED makes the planner run each locking subquery exactly once: a bare
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
-# example under a nested loop) and lease more than n rows. The first ORDER BY picks which jobs;
-# the last one is the order the worker starts them in (RETURNING promises none).
-PICK = """
-WITH picked AS MATERIALIZED (
-    SELECT id FROM jobqueue_job
-    WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s {queue_filter}
+# example under a nested loop) and lease more than n rows. The plain jobs and the free heads are
+# each locked as they are found (FOR UPDATE is refused in a UNION), the best `limit` of both are
+# leased, and the others are let go when the transaction ends. The first ORDER BY picks which
+# jobs; the last one is the order the worker starts them in (RETURNING promises none).
+PLAIN = """
+WITH RECURSIVE plain AS MATERIALIZED (
+    SELECT id, priority, run_after FROM jobqueue_job
+    WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
+      AND run_after <= %(now)s {queue_filter}
       AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
       AND {order_is_free}
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )"""
+WITH_HEADS = (
+    ", "
+    + LINES
+    + """, heads AS MATERIALIZED ("""
+    + HEADS.replace("{lock}", "FOR UPDATE SKIP LOCKED")
+    + """
+    ORDER BY head.priority DESC, head.run_after, head.id
+    LIMIT %(limit)s
+), picked AS MATERIALIZED (
+    SELECT id FROM (SELECT * FROM plain UNION ALL SELECT * FROM heads) AS both_kinds
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+)"""
+)
+PICK = PLAIN + WITH_HEADS
+
+# A key's limit, as a claim reads it: that of its next job (a key's jobs share one as a rule).
+# A claim reads no more of a key's jobs than that less what runs (it read `limit` of each key,
+# 20,000 rows for 100 keys, to take two of each); each job it takes is still within its own.
+KEY_LIMIT = """SELECT concurrency_limit FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key = key.k
+            ORDER BY priority DESC, run_after, id LIMIT 1"""
 
 # While jobs with a concurrency key are ready: among the keys this claim holds (LOCK_KEYS), per
 # key its next jobs up to its limit less what runs now (counted after the lock, so no other
 # claim of the key is in flight), ranked within the key, and the keyless jobs as one more key;
 # the batch takes every key's first before any key's second.
-PICK_KEYED = """
-WITH candidates AS (
+PICK_KEYED = (
+    """
+WITH RECURSIVE """
+    + LINES
+    + """, candidates AS (
     SELECT next.id, next.priority, next.run_after,
            row_number() OVER (
                PARTITION BY key.k ORDER BY next.priority DESC, next.run_after, next.id
@@ -65,34 +128,42 @@ WITH candidates AS (
           AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
           AND {order_is_free}
         ORDER BY priority DESC, run_after, id
-        LIMIT %(limit)s
+        LIMIT least(%(limit)s, greatest(0, ({key_limit}) - running.n))
     ) AS next
     UNION ALL
     -- The jobs without a key share the batch as one more key, without a limit.
     SELECT id, priority, run_after,
            row_number() OVER (ORDER BY priority DESC, run_after, id), %(limit)s
     FROM (
-        SELECT id, priority, run_after FROM jobqueue_job
-        WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s
-          {queue_filter}
-          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
-          AND {order_is_free}
-        ORDER BY priority DESC, run_after, id
-        LIMIT %(limit)s
+        (SELECT id, priority, run_after FROM jobqueue_job
+         WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
+           AND run_after <= %(now)s {queue_filter}
+           AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+           AND {order_is_free}
+         ORDER BY priority DESC, run_after, id
+         LIMIT %(limit)s)
+        UNION ALL
+        -- The lines' free heads, among them (HEADS).
+        ("""
+    + HEADS.replace("{lock}", "")
+    + """)
     ) AS plain
 ), picked AS MATERIALIZED (
     -- `state = 'ready'` again here: the candidates were read in this statement's snapshot, and
     -- a job another claim leased and committed since is locked in its new version (PostgreSQL
     -- re-checks this WHERE on it, not the candidates' conditions): without it the job would be
     -- leased a second time while it runs.
+    -- = ANY(ARRAY(…)): each by its id (`id IN (…)` was planned as a hash join over a walk of
+    -- every ready job).
     SELECT id FROM jobqueue_job
-    WHERE id IN (
+    WHERE id = ANY(ARRAY(
         SELECT id FROM candidates WHERE rank <= free
         ORDER BY rank, priority DESC, run_after, id
         LIMIT %(limit)s
-    ) AND state = 'ready'
+    )) AND state = 'ready'
     FOR UPDATE SKIP LOCKED
 )"""
+)
 
 # MATERIALIZED makes the planner run the locking subquery exactly once: a bare
 # `id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)` may be re-evaluated per outer row (for
@@ -124,18 +195,20 @@ CLAIM_KEYED = PICK_KEYED + LEASE
 # jobs are found with one index probe each (a loose index scan of ready_queue_idx), each served
 # queue gives at most `limit` of its best jobs, locked as they are found, and the best `limit` of
 # those are leased; the others are let go when the transaction ends.
-PICK_BY_QUEUE = """
+PICK_BY_QUEUE = (
+    """
 WITH RECURSIVE queues(q) AS ({queue_source}), served AS (
     SELECT q FROM queues
-    WHERE q IS NOT NULL {queue_filter}
+    WHERE q IS NOT NULL {queue_served}
       AND q NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
-), picked AS MATERIALIZED (
+), plain AS MATERIALIZED (
     -- unnest(ARRAY(…)): the planner takes it for ten queues rather than the loose scan's
     -- hundred, so the statement's estimate stays below JIT's threshold (compiling it took 24 ms).
-    SELECT best.id FROM unnest(ARRAY(SELECT q FROM served)) AS served(q) CROSS JOIN LATERAL (
+    SELECT best.id, best.priority, best.run_after
+    FROM unnest(ARRAY(SELECT q FROM served)) AS served(q) CROSS JOIN LATERAL (
         SELECT id, priority, run_after FROM jobqueue_job
         WHERE queue_name = served.q AND state = 'ready' AND concurrency_key IS NULL
-          AND run_after <= %(now)s AND {order_is_free}
+          AND ordering_key IS NULL AND run_after <= %(now)s AND {order_is_free}
         ORDER BY priority DESC, run_after, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -143,14 +216,17 @@ WITH RECURSIVE queues(q) AS ({queue_source}), served AS (
     ORDER BY best.priority DESC, best.run_after, best.id
     LIMIT %(limit)s
 )"""
+    + WITH_HEADS
+)
 CLAIM_BY_QUEUE = PICK_BY_QUEUE + LEASE
 READY_QUEUES = """
     (SELECT queue_name FROM jobqueue_job
-     WHERE state = 'ready' AND concurrency_key IS NULL
+     WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
      ORDER BY queue_name LIMIT 1)
     UNION ALL
     SELECT (SELECT queue_name FROM jobqueue_job
-            WHERE state = 'ready' AND concurrency_key IS NULL AND queue_name > queues.q
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
+              AND queue_name > queues.q
             ORDER BY queue_name LIMIT 1)
     FROM queues WHERE queues.q IS NOT NULL"""
 # A worker's named queues are its queues as they are: no need to look for the others.
@@ -187,17 +263,21 @@ def _claim_statement(shape: ClaimShape) -> str:
         "returning": JOB_ROWS.columns("j"),
         "columns": JOB_ROWS.columns(),
         "order_is_free": ORDER_IS_FREE,
+        "max_lines": MAX_LINES,
+        "key_limit": KEY_LIMIT,
     }
+    queue_filter = ("AND queue_name = ANY(%(queues)s)" if shape.named else "") + (
+        " AND queue_name <> ALL(%(excluded)s)" if shape.excluding else ""
+    )
     if shape.pick == "by_queue":
         return CLAIM_BY_QUEUE.format(
             queue_source=NAMED_QUEUES if shape.named else READY_QUEUES,
-            queue_filter=" AND q <> ALL(%(excluded)s)" if shape.excluding else "",
+            queue_served=" AND q <> ALL(%(excluded)s)" if shape.excluding else "",
+            queue_filter=queue_filter,
             **parts,
         )
     return (CLAIM_KEYED if shape.pick == "keyed" else CLAIM).format(
-        queue_filter=("AND queue_name = ANY(%(queues)s)" if shape.named else "")
-        + (" AND queue_name <> ALL(%(excluded)s)" if shape.excluding else ""),
-        **parts,
+        queue_filter=queue_filter, **parts
     )
 
 
@@ -295,14 +375,14 @@ RETURNING id, idempotency_key
 # parses each row's fields again, cost the server 7.5 of 25 us a row, hand-run); ids back in input
 # order (RETURNING follows the INSERT … SELECT … ORDER BY order, as Django's bulk_create also
 # relies on), and one notification per queue with due jobs.
-INSERT_MANY = """
+_INSERT_MANY = """
 WITH ins AS (
     INSERT INTO jobqueue_job (
         task_path, queue_name, priority, backend, args, kwargs, state, run_after,
-        attempts, max_attempts, worker_ids, enqueued_at, errors
+        attempts, max_attempts, worker_ids, enqueued_at, errors{line_columns}
     )
     SELECT r->>0, r->>1, (r->>2)::int, r->>3, r->6, r->7, 'ready', (r->>4)::timestamptz, 0,
-           (r->>5)::int, '[]', %(now)s, '[]'
+           (r->>5)::int, '[]', %(now)s, '[]'{line_values}
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, n)
     ORDER BY e.n
     RETURNING id, queue_name, run_after
@@ -312,6 +392,13 @@ WITH ins AS (
 )
 SELECT id, (SELECT n FROM woken) FROM ins
 """
+# The ordering and concurrency keys (of jobs with either; as INSERT_KEYED_MANY's rows):
+# through the ORM, a job with a key took four round trips and a third of a plain one's rate.
+LINE_COLUMNS = ", ordering_key, ordering_on_dead, concurrency_key, concurrency_limit"
+INSERT_MANY = _INSERT_MANY.format(line_columns="", line_values="")
+INSERT_MANY_IN_LINES = _INSERT_MANY.format(
+    line_columns=LINE_COLUMNS, line_values=", r->>9, r->>10, r->>11, (r->>12)::int"
+)
 
 
 NEVER_BY_COUNT = 2**31
@@ -467,20 +554,32 @@ def _key_columns(j) -> str:
 
 
 # The common case, one job: plain parameters (array parameters cost more to quote).
-INSERT_ONE = """
+_INSERT_ONE = """
 WITH ins AS (
     INSERT INTO jobqueue_job (
         task_path, queue_name, priority, backend, args, kwargs, state, run_after,
-        attempts, max_attempts, worker_ids, enqueued_at, errors
-    ) VALUES (%s, %s, %s, %s, %s::jsonb, %s::jsonb, 'ready', %s, 0, %s, '[]', %s, '[]')
+        attempts, max_attempts, worker_ids, enqueued_at, errors{line_columns}
+    ) VALUES (
+        %s, %s, %s, %s, %s::jsonb, %s::jsonb, 'ready', %s, 0, %s, '[]', %s, '[]'{line_values}
+    )
     RETURNING id, queue_name, run_after
 )
 SELECT id, CASE WHEN run_after <= %s THEN pg_notify(%s, queue_name) END FROM ins
 """
+INSERT_ONE = _INSERT_ONE.format(line_columns="", line_values="")
+INSERT_ONE_IN_LINES = _INSERT_ONE.format(line_columns=LINE_COLUMNS, line_values=", %s, %s, %s, %s")
 
 
-def _insert_many_params(jobs, now) -> dict:
-    return {"now": now, "channel": NOTIFY_CHANNEL, "rows": rows_json(jobs)}
+def _in_lines(job) -> bool:
+    return job.ordering_key is not None or job.concurrency_key is not None
+
+
+def _insert_many(jobs, now) -> tuple[str, dict]:
+    """INSERT_MANY and its parameters, or INSERT_MANY_IN_LINES for a batch with keys."""
+    params = {"now": now, "channel": NOTIFY_CHANNEL}
+    if any(map(_in_lines, jobs)):
+        return INSERT_MANY_IN_LINES, params | {"rows": keyed_rows_json(jobs)}
+    return INSERT_MANY, params | {"rows": rows_json(jobs)}
 
 
 def _take_ids(jobs, rows) -> None:
@@ -539,9 +638,7 @@ class Sender:
             # batch's JSON into the statement's text, and cannot prepare it.
             cursor = psycopg.Cursor(self._raw)
             try:
-                cursor.execute(
-                    INSERT_MANY, _insert_many_params(jobs, self.now), prepare=self._prepare
-                )
+                cursor.execute(*_insert_many(jobs, self.now), prepare=self._prepare)
             except Exception as exc:
                 _refused_preparing(exc)
                 raise
@@ -736,13 +833,20 @@ class PostgreSQL(SharedSQL):
                 job.run_after,
                 job.max_attempts,
                 now,
-                now,
-                NOTIFY_CHANNEL,
             ]
-            job.pk = fetch(connection, INSERT_ONE, params)[0][0]
+            sql = INSERT_ONE
+            if _in_lines(job):
+                sql = INSERT_ONE_IN_LINES
+                params += [
+                    job.ordering_key,
+                    job.ordering_on_dead,
+                    job.concurrency_key,
+                    job.concurrency_limit,
+                ]
+            job.pk = fetch(connection, sql, [*params, now, NOTIFY_CHANNEL])[0][0]
             return
         # One statement: a batch is at most SEND_CHUNK jobs (jobqueue.store.jobs.enqueue_many).
-        _take_ids(jobs, fetch(connection, INSERT_MANY, _insert_many_params(jobs, now)))
+        _take_ids(jobs, fetch(connection, *_insert_many(jobs, now)))
 
     def insert_keyed(self, connection, jobs, *, now) -> list[int | None]:
         """One job: plain parameters, as before there was a batch statement; more:

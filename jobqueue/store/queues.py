@@ -26,6 +26,8 @@ from django.utils.module_loading import module_has_submodule
 
 from jobqueue.databases import queue_databases
 from jobqueue.models import (
+    READY_IN_LINE,
+    READY_KEYED,
     AuditEntry,
     DeadLetter,
     Job,
@@ -154,14 +156,13 @@ def known(
         names.update(live)
     else:
         names.update(ready_queues(using))
-        # Running jobs are few (the workers' slots), keyed ready ones have no index by queue:
-        # their queues from the head of their partial indexes.
+        # Running jobs are few (the workers' slots), keyed and ordered ready ones have no
+        # index by queue: their queues from the head of their partial indexes.
         jobs = Job.objects.using(using)
         for head in (
             jobs.filter(state=JobState.RUNNING).order_by("locked_until"),
-            jobs.filter(state=JobState.READY, concurrency_key__isnull=False).order_by(
-                "concurrency_key"
-            ),
+            jobs.filter(READY_KEYED).order_by("concurrency_key"),
+            jobs.filter(READY_IN_LINE).order_by("ordering_key"),
         ):
             names.update(head.values_list("queue_name", flat=True)[:LOOKED_AT])
     counted = JobCounter.objects.using(using).filter(minute__gte=now - COUNTED)
@@ -176,15 +177,15 @@ MAX_READY_QUEUES = 500
 
 
 # The skip scan, the same text on PostgreSQL and SQLite: each step is the first queue name after
-# the last one in the claim's per-queue partial index of keyless ready jobs (one probe a name).
+# the last one in the claim's per-queue partial index of plain ready jobs (one probe a name).
 READY_QUEUES = """
 WITH RECURSIVE named(queue_name, n) AS (
     SELECT (SELECT queue_name FROM jobqueue_job
-            WHERE state = 'ready' AND concurrency_key IS NULL
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
             ORDER BY queue_name LIMIT 1), 1
     UNION ALL
     SELECT (SELECT j.queue_name FROM jobqueue_job j
-            WHERE j.state = 'ready' AND j.concurrency_key IS NULL
+            WHERE j.state = 'ready' AND j.concurrency_key IS NULL AND j.ordering_key IS NULL
               AND j.queue_name > named.queue_name
             ORDER BY j.queue_name LIMIT 1), n + 1
     FROM named WHERE named.queue_name IS NOT NULL AND n < %s
@@ -194,10 +195,10 @@ SELECT queue_name FROM named WHERE queue_name IS NOT NULL
 
 
 def ready_queues(using: str = "default") -> list[str]:
-    """The queues with keyless ready jobs, in name order (at most MAX_READY_QUEUES): a skip
+    """The queues with plain ready jobs, in name order (at most MAX_READY_QUEUES): a skip
     scan of the claim's per-queue partial index in one statement, where DISTINCT read every
-    ready job. Keyed jobs are not in that index (they are claimed per key): their queues come
-    with their jobs."""
+    ready job. Jobs with a concurrency or an ordering key are not in that index (they are
+    claimed per key, per line): their queues come with their jobs."""
     with connections[using].cursor() as cursor:
         cursor.execute(READY_QUEUES, [MAX_READY_QUEUES])
         return [name for (name,) in cursor.fetchall()]

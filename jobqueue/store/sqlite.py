@@ -38,16 +38,51 @@ UPDATE jobqueue_job SET
 WHERE id IN ({pick})
 RETURNING {returning}
 """
-PICK = """
-    SELECT id FROM jobqueue_job
-    WHERE state = 'ready' AND concurrency_key IS NULL AND run_after <= %(now)s {queue_filter}
-      AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
-      AND {order_is_free}
+# Each ordering line's first ready job (its head), one probe of ready_line_idx per line (a loose
+# index scan), at most MAX_LINES lines, and of those the heads that may run now: due, of a
+# served queue, free (ORDER_IS_FREE). A line's later jobs can run only after its head, so the
+# claim looks at no other job of the line.
+LINES = """WITH RECURSIVE lines(k) AS (
+            SELECT min(ordering_key) FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NOT NULL
+            UNION ALL
+            SELECT (SELECT min(ordering_key) FROM jobqueue_job
+                    WHERE state = 'ready' AND concurrency_key IS NULL
+                      AND ordering_key IS NOT NULL AND ordering_key > lines.k)
+            FROM lines WHERE lines.k IS NOT NULL
+            LIMIT {max_lines}
+        )"""
+HEADS = f"""SELECT id, priority, run_after, concurrency_key, concurrency_limit
+        FROM jobqueue_job WHERE id IN (
+            {LINES}
+            SELECT (SELECT id FROM jobqueue_job
+                    WHERE state = 'ready' AND concurrency_key IS NULL
+                      AND ordering_key IS NOT NULL AND ordering_key = lines.k
+                    ORDER BY COALESCE(ordering_position, id) LIMIT 1)
+            FROM lines WHERE lines.k IS NOT NULL
+        ) AND state = 'ready' AND run_after <= %(now)s {{queue_filter}}
+          AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+          AND {{order_is_free}}"""
+MAX_LINES = 1_000
+# The plain jobs' best and the free heads', the best of both.
+PICK = f"""
+    SELECT id FROM (
+        SELECT * FROM (
+            SELECT id, priority, run_after FROM jobqueue_job
+            WHERE state = 'ready' AND concurrency_key IS NULL AND ordering_key IS NULL
+              AND run_after <= %(now)s {{queue_filter}}
+              AND queue_name NOT IN (SELECT queue_name FROM jobqueue_pausedqueue)
+            ORDER BY priority DESC, run_after, id
+            LIMIT %(limit)s)
+        UNION ALL
+        SELECT id, priority, run_after FROM ({HEADS})
+    )
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 """
-# While jobs with a concurrency key are ready: for each key ready_keys found, its next jobs
-# (one indexed subquery per key: SQLite has no LATERAL), and the keyless jobs' next as one
+# While jobs with a concurrency key are ready: for each key ready_keys found, its next jobs,
+# no more than its limit (that of its next job) less what runs (one indexed subquery per key:
+# SQLite has no LATERAL), and the keyless jobs' next as one
 # more key (the NULL partition); ranked within each key, a key's count capped at its limit less
 # what runs now; every key's first before any key's second. One writer at a time (IMMEDIATE
 # transactions), so the running count cannot miss a claim in flight.
@@ -57,11 +92,19 @@ _CLAIMABLE = """state = 'ready' AND run_after <= %(now)s {queue_filter}
 _NEXT_OF_KEY = f"""SELECT * FROM (
             SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
             WHERE concurrency_key = %(k{{n}})s AND {_CLAIMABLE}
-            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+            ORDER BY priority DESC, run_after, id LIMIT max(0, coalesce(min(%(limit)s, (
+                SELECT concurrency_limit FROM jobqueue_job
+                WHERE state = 'ready' AND concurrency_key = %(k{{n}})s
+                ORDER BY priority DESC, run_after, id LIMIT 1
+            ) - (
+                SELECT count(*) FROM jobqueue_job
+                WHERE state = 'running' AND concurrency_key = %(k{{n}})s
+            )), 0)))"""
 _NEXT_KEYLESS = f"""SELECT * FROM (
             SELECT id, priority, run_after, concurrency_key, concurrency_limit FROM jobqueue_job
-            WHERE concurrency_key IS NULL AND {_CLAIMABLE}
-            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)"""
+            WHERE concurrency_key IS NULL AND ordering_key IS NULL AND {_CLAIMABLE}
+            ORDER BY priority DESC, run_after, id LIMIT %(limit)s)
+        UNION ALL SELECT * FROM ({HEADS})"""
 PICK_KEYED = """
     SELECT id FROM (
         SELECT id, priority, run_after,
@@ -111,7 +154,10 @@ def claim_statement(shape: ClaimShape) -> str:
         )
         template = LEASE.replace("{pick}", PICK_KEYED.replace("{candidates}", candidates))
     return template.format(
-        queue_filter=queue_filter, returning=_JOB_COLUMNS, order_is_free=ORDER_IS_FREE
+        queue_filter=queue_filter,
+        returning=_JOB_COLUMNS,
+        order_is_free=ORDER_IS_FREE,
+        max_lines=MAX_LINES,
     )
 
 
