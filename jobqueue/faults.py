@@ -10,8 +10,8 @@ import signal
 class FaultPoints:
     """Crash drills: the environment variable names one point where the process SIGKILLs
     itself, so tests and operators can rehearse recovery with real processes; or, for the
-    points in `freezable`, "freeze_<point>": it SIGSTOPs itself there (as a debugger, a host
-    swapping or a paused VM would hold it) until a SIGCONT."""
+    points in `freezable`, "freeze_<point>": it SIGSTOPs itself there, the first time only (as
+    a debugger, a host swapping or a paused VM would hold it) until a SIGCONT."""
 
     def __init__(
         self,
@@ -38,6 +38,9 @@ class FaultPoints:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.chosen == f"freeze_{name}":
             os.write(2, f"{self.who}: fault point {self.chosen}: SIGSTOP\n".encode())
+            # Once: resumed, it goes on as the process a freeze leaves behind, rather than
+            # freezing again at the next tick (which its SIGTERM could not end).
+            self.chosen = ""
             os.kill(os.getpid(), signal.SIGSTOP)
 
 
