@@ -426,7 +426,8 @@ class LeaderLease(models.Model):
 
 class JobCounter(models.Model):
     """Attempts finished per minute, queue and task: throughput and failure rate without
-    scanning finished jobs. Workers add to these in their heartbeat."""
+    scanning finished jobs. Each outcome is added by the store's transition that records it, in
+    its transaction (jobqueue.store.workers.count): exact after a worker is killed."""
 
     minute = models.DateTimeField()
     queue_name = models.CharField(max_length=100)
@@ -452,7 +453,7 @@ class JobTiming(models.Model):
     """Run time or queue wait of the attempts finished per minute (span 1) or per hour (span 60),
     queue and task, as counts in one histogram bucket (jobqueue.timing.BOUNDS) and the sum of
     their seconds: percentiles and histograms over any window without scanning jobs, a long one
-    mostly from hours. Workers add to both in their heartbeat, with the counters, and they are
+    mostly from hours. Workers add to both in their heartbeat, and they are
     pruned with them."""
 
     span = models.PositiveSmallIntegerField(default=1)  # minutes: 1 or 60

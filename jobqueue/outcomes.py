@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import traceback as tb
 from dataclasses import dataclass
 from functools import lru_cache
@@ -92,6 +93,32 @@ def close_transactions_left_open(wrappers) -> list[str]:
         except Exception:  # noqa: BLE001 - the next query opens a new connection
             conn.connection = None
     return left
+
+
+def drop_connections_the_server_ended(wrappers) -> list[str]:
+    """Before a job, on its handler thread (`wrappers` as above): the aliases whose server ended
+    the connection while the thread was between jobs (a terminated backend, a restart, a
+    failover), closed so that the job's first query opens a new one. Left so, that query would
+    fail and cost the job an attempt for the worker's connection, not anything the handler did
+    (issue 33: about 12 attempts per terminated connection). An idle session's socket has
+    nothing to read unless the server has spoken (its termination notice, or the end of the
+    stream): a poll that does not wait, no round trip. PostgreSQL's (psycopg's pgconn) only."""
+    dropped = []
+    for conn in wrappers:
+        pgconn = getattr(conn.connection, "pgconn", None)
+        if pgconn is None or conn.in_atomic_block:
+            continue
+        try:
+            ended = bool(select.select([pgconn.socket], [], [], 0)[0])
+        except Exception:  # noqa: BLE001 - no socket to poll: as ended, reopened on first use
+            ended = True
+        if ended:
+            dropped.append(conn.alias)
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - the next query opens a new connection
+                conn.connection = None
+    return dropped
 
 
 @dataclass(slots=True)

@@ -1,8 +1,9 @@
 """The settler: a worker's thread that stores what its handlers finished. Successes are
 acknowledged in one statement per batch, failures recorded one by one (a retry at its backoff,
 or a dead letter), each only while the worker still holds the job's lease (jobqueue.store
-guards every write with it). It also keeps the worker's per-minute tallies, which the main
-thread flushes with the worker's record.
+guards every write with it), and each outcome counted in the transaction that stores it. It
+also keeps the worker's per-minute run times and queue waits, which the main thread flushes with
+the worker's record.
 
 Its own Django connection: while it waits on an acknowledgement the main thread's next claim is
 already on its way.
@@ -225,9 +226,7 @@ class Settler:
             if job.id in acked:
                 with self.counts:
                     self.stats.succeeded += 1
-                    tally = self._tally(job, minute)
-                    tally.succeeded += 1
-                    tally.last_success_at = now
+                    tally = self._tally(job, minute)  # counted by the acknowledgement
                     tally.observe(RUN, fin.duration)
                     tally.observe(WAIT, queue_wait(job))
                 job.state, job.return_value, job.finished_at = JobState.DONE, fin.value, now
@@ -272,9 +271,7 @@ class Settler:
         fields = {"duration_ms": f"{duration * 1000:.1f}", "error": class_path(type(exc))}
         if ok:
             with self.counts:
-                tally = self._tally(job, now.replace(second=0, microsecond=0))
-                tally.failed += 1
-                tally.dead += retry_at is None
+                tally = self._tally(job, now.replace(second=0, microsecond=0))  # counted by fail
                 tally.observe(RUN, duration)
                 tally.observe(WAIT, queue_wait(job))
                 if retry_at is not None:

@@ -44,7 +44,13 @@ from jobqueue.listener import Listener, listen_params
 from jobqueue.logfmt import log_line
 from jobqueue.loop import Loop, first_line, process_id
 from jobqueue.models import Job
-from jobqueue.outcomes import Finished, Stats, close_transactions_left_open, log_event
+from jobqueue.outcomes import (
+    Finished,
+    Stats,
+    close_transactions_left_open,
+    drop_connections_the_server_ended,
+    log_event,
+)
 from jobqueue.settler import SETTLE_INTERVAL, Settler
 from jobqueue.store.postgresql import NOTIFY_CHANNEL
 from jobqueue.taskcache import TaskCache
@@ -547,6 +553,12 @@ class Worker(Loop):
                 if held is None:
                     continue
                 try:
+                    ended = drop_connections_the_server_ended(wrappers)
+                    if ended:
+                        log_line(
+                            logger, logging.INFO, "connection_reopened", worker=self.worker_id,
+                            thread=me.name, databases=",".join(ended), job_id=job.pk,
+                        )  # fmt: skip
                     outcome = execute(job)
                     left_open = close_transactions_left_open(wrappers)
                     if left_open and outcome.error is None and outcome.suspended is None:
@@ -623,12 +635,15 @@ class Worker(Loop):
         now_mono = time.monotonic()
         if not self.held or now_mono - self._last_heartbeat < self.lease_seconds / 3:
             return
-        self._last_heartbeat = now_mono
         jobs = self.held.live_jobs()
         fault_point("heartbeat")
         kept = store.extend_leases(
             jobs, lease_seconds=self.lease_seconds, now=self.clock(), using=self.using
         )
+        # Only once it is stored: a heartbeat the database refused (its connection cut) is
+        # tried again on the next step, after the reconnect, not a third of a lease later,
+        # when a second cut could let the leases run out and each job lose an attempt.
+        self._last_heartbeat = now_mono
         for job in jobs:
             # A job settled (or a workflow suspended) while the extension waited for the
             # database was not lost: it is simply no longer running (LeaseTable.lose).

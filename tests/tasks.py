@@ -119,6 +119,18 @@ def fault_effect(key: str, work_ms: float = 5.0):
     return first
 
 
+@task(max_attempts=2)
+def effect_first(key: str, work_ms: float = 50.0):
+    """fault_effect the other way round: its effect first, then its work, so its handler's
+    connection sits idle from the effect until the next job's first query. Two attempts: one
+    lost to something else than the job dead-letters it."""
+    _sink(key)
+    with jobqueue.once(f"effect:{key}", job_type="tests.effect_first") as first:
+        pass
+    time.sleep(work_ms / 1000)
+    return first
+
+
 @task(max_attempts=3)
 def kills_its_worker():
     os.kill(os.getpid(), signal.SIGKILL)

@@ -96,7 +96,8 @@ class Dialect(Protocol):
         now: datetime,
     ) -> set[int]:
         """Lease-guarded: (id, lease token, return value as stored JSON text) rows → done,
-        lease cleared; returns the ids acknowledged."""
+        lease cleared, and counted as succeeded in `now`'s minute (jobqueue_jobcounter) in
+        the same transaction; returns the ids acknowledged."""
 
     def extend(
         self,

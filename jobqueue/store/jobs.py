@@ -35,6 +35,7 @@ from jobqueue.models import (
 from . import dead_letters, dialects
 from .leases import JOBS, NO_LEASE, expired_entry
 from .payloads import check_payload, check_value
+from .workers import count
 
 logger = logging.getLogger("jobqueue.sweep")
 
@@ -491,6 +492,7 @@ def sweep_expired(
     now = now or timezone.now()
     with transaction.atomic(using=using):
         expired = JOBS.expired(now, using)
+        counts: dict[tuple, list[int]] = {}
         for job in expired:
             error = expired_entry(job, now)
             retry = job.attempts < job.max_attempts
@@ -502,6 +504,9 @@ def sweep_expired(
                 using=using,
                 require_live_lease=False,
             )
+            tally = counts.setdefault(_counter_key(job, now), [0, 0])
+            tally[0] += 1
+            tally[1] += not retry
             if not retry and dead is not None:
                 job.state, job.finished_at = JobState.DEAD, now
                 dead.append(job)
@@ -523,7 +528,13 @@ def sweep_expired(
                 ),
                 using=using,
             )
+        # A failed attempt each, as a worker's failure is (the attempt was counted at claim).
+        count({key: (0, failed, died, None) for key, (failed, died) in counts.items()}, using=using)
     return len(expired)
+
+
+def _counter_key(job: Job, now: datetime) -> tuple[datetime, str, str]:
+    return (now.replace(second=0, microsecond=0), job.queue_name, job.task_path)
 
 
 def acknowledge(
@@ -580,13 +591,17 @@ def fail(
     now: datetime | None = None,
     using: str = "default",
 ) -> bool:
-    """Record a failed attempt: ready again at `retry_at`, or dead-lettered when it is None.
+    """Record a failed attempt: ready again at `retry_at`, or dead-lettered when it is None;
+    counted in its minute's counters in the same transaction.
 
     Returns False (and changes nothing) if the lease is no longer ours.
     """
     now = now or timezone.now()
     with transaction.atomic(using=using):
-        return _retire(job, error, retry_at=retry_at, now=now, using=using)
+        if not _retire(job, error, retry_at=retry_at, now=now, using=using):
+            return False
+        count({_counter_key(job, now): (0, 1, int(retry_at is None), None)}, using=using)
+        return True
 
 
 def suspend(job: Job, *, until: datetime, now: datetime, using: str = "default") -> bool:

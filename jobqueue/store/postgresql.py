@@ -15,6 +15,7 @@ from jobqueue.conf import setting
 from jobqueue.logfmt import log_line
 
 from .sql_common import (
+    COUNT_ACKNOWLEDGED,
     JOB_ROWS,
     ORDER_IS_FREE,
     OUTBOX_KEY_IS_FREE,
@@ -312,14 +313,18 @@ WHERE pg_try_advisory_xact_lock(hashtextextended('redrive:concurrency:' || k, 0)
 # element; parsed once, each value is taken as it is (json_to_recordset parsed each row's fields
 # again: 3.5 against 3.0 ms for 200 jobs, EXPLAIN ANALYZE, hand-run). A JSON null stays a JSON
 # null (`-> 2`), not SQL NULL.
-ACKNOWLEDGE = """
-UPDATE jobqueue_job AS j SET
-    state = 'done', finished_at = %(now)s, return_value = v.r -> 2,
-    lease_token = NULL, locked_until = NULL, locked_by = NULL
-FROM jsonb_array_elements(%(rows)s::jsonb) AS v(r)
-WHERE j.id = (v.r ->> 0)::bigint AND j.state = 'running' AND j.lease_token = v.r ->> 1
-  AND j.locked_until > %(now)s
-RETURNING j.id
+# One statement: the jobs done and counted (COUNT_ACKNOWLEDGED) at once, in one round trip.
+ACKNOWLEDGE = f"""
+WITH acked AS (
+    UPDATE jobqueue_job AS j SET
+        state = 'done', finished_at = %(now)s, return_value = v.r -> 2,
+        lease_token = NULL, locked_until = NULL, locked_by = NULL
+    FROM jsonb_array_elements(%(rows)s::jsonb) AS v(r)
+    WHERE j.id = (v.r ->> 0)::bigint AND j.state = 'running' AND j.lease_token = v.r ->> 1
+      AND j.locked_until > %(now)s
+    RETURNING j.id, j.queue_name, j.task_path
+), counted AS ({COUNT_ACKNOWLEDGED.format(acked="acked")})
+SELECT id FROM acked
 """
 _PLAIN_TOKEN = re.compile(r"[0-9A-Za-z-]*").fullmatch  # what gen_random_uuid()::text makes
 
@@ -768,6 +773,10 @@ NOTIFY = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
 AMONG = "{column} = ANY(%s::bigint[])"
 
 
+def _minute(now: datetime.datetime) -> datetime.datetime:
+    return now.replace(second=0, microsecond=0)
+
+
 class PostgreSQL(SharedSQL):
     """The store's SQL on PostgreSQL (jobqueue.store.dialects.Dialect): batches are single
     statements, the hot ones prepared (fetch)."""
@@ -813,7 +822,7 @@ class PostgreSQL(SharedSQL):
         document = ",".join(
             f"[{int(job_id)},{_json_token(token)},{result}]" for job_id, token, result in rows
         )
-        params = {"rows": f"[{document}]", "now": now}
+        params = {"rows": f"[{document}]", "now": now, "minute": _minute(now)}
         return {row[0] for row in fetch(connection, ACKNOWLEDGE, params)}
 
     def extend(self, connection, table, leases, *, now, until):

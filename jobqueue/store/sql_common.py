@@ -15,10 +15,11 @@ def per_leased_table(template: str) -> dict[str, str]:
     return {table: template.format(table=table, leased=state) for table, state in LEASED.items()}
 
 
-COUNTERS_UPSERT = """
-INSERT INTO jobqueue_jobcounter
-    (minute, queue_name, task_path, succeeded, failed, dead, last_success_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+# Adding to a minute's counters. Every transaction that writes counter rows writes them last
+# and in key order (minute, queue, task): two can then never hold a row the other waits for
+# (PostgreSQL reported "deadlock detected" between two workers' counter upserts), and none
+# holds a counter row while it waits on a job's.
+COUNTERS_ADD = """
 ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
     succeeded = jobqueue_jobcounter.succeeded + excluded.succeeded,
     failed = jobqueue_jobcounter.failed + excluded.failed,
@@ -31,6 +32,23 @@ ON CONFLICT (minute, queue_name, task_path) DO UPDATE SET
         ELSE jobqueue_jobcounter.last_success_at
     END
 """
+COUNTER_COLUMNS = "(minute, queue_name, task_path, succeeded, failed, dead, last_success_at)"
+
+COUNTERS_UPSERT = f"""
+INSERT INTO jobqueue_jobcounter {COUNTER_COLUMNS}
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+{COUNTERS_ADD}"""
+
+# The jobs an acknowledgement marked done, counted into its minute ({acked}: their rows, with
+# queue_name and task_path) in the same transaction: a worker killed after its acknowledgement
+# has nothing left uncounted. (The WHERE: SQLite's INSERT ... SELECT ... ON CONFLICT needs one.)
+COUNT_ACKNOWLEDGED = f"""
+INSERT INTO jobqueue_jobcounter {COUNTER_COLUMNS}
+SELECT %(minute)s, a.queue_name, a.task_path, count(*), 0, 0, %(now)s
+FROM {{acked}} AS a WHERE true
+GROUP BY a.queue_name, a.task_path
+ORDER BY a.queue_name, a.task_path
+{COUNTERS_ADD}"""
 
 TIMINGS_UPSERT = """
 INSERT INTO jobqueue_jobtiming

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from jobqueue.models import Job
 
 from .sql_common import (
+    COUNT_ACKNOWLEDGED,
     JOB_ROWS,
     ORDER_IS_FREE,
     OUTBOX_KEY_IS_FREE,
@@ -174,6 +175,11 @@ UPDATE jobqueue_job SET
     lease_token = NULL, locked_until = NULL, locked_by = NULL
 WHERE id = %s AND state = 'running' AND lease_token = %s AND locked_until > %s
 """
+
+COUNT_ACKED = COUNT_ACKNOWLEDGED.format(
+    acked="(SELECT queue_name, task_path FROM jobqueue_job"
+    " WHERE id IN (SELECT value FROM json_each(%(ids)s)))"
+)
 
 _EXTEND = """
 UPDATE {table} SET locked_until = %s
@@ -347,12 +353,17 @@ class SQLite(SharedSQL):
             return [row[0] for row in cursor.fetchall()]
 
     def acknowledge(self, connection, rows, *, now):
-        now = _ts(connection, now)
-        return _each(
+        minute, now = _ts(connection, now.replace(second=0, microsecond=0)), _ts(connection, now)
+        acked = _each(
             connection,
             ACKNOWLEDGE,
             ((job_id, [now, result, job_id, token, now]) for job_id, token, result in rows),
         )
+        if acked:  # in the caller's transaction (LOOPS)
+            with connection.cursor() as cursor:
+                params = {"minute": minute, "now": now, "ids": json.dumps(sorted(acked))}
+                cursor.execute(COUNT_ACKED, params)
+        return acked
 
     def extend(self, connection, table, leases, *, now, until):
         now, until = _ts(connection, now), _ts(connection, until)

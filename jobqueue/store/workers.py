@@ -1,4 +1,10 @@
-"""Worker registry and per-minute counters: health figures, written on the worker's heartbeat."""
+"""Worker registry, per-minute counters and timing buckets: health figures.
+
+A job's outcome is counted by the transition that stores it (store.acknowledge, store.fail, the
+lease sweep), in its transaction, through count(): a worker killed at any moment leaves nothing
+stored uncounted and nothing counted unstored. Its run times and queue waits are tallied in its
+memory and written with its record on the heartbeat (a kill loses at most a heartbeat's worth of
+samples from the histograms, never a count)."""
 
 from __future__ import annotations
 
@@ -18,8 +24,9 @@ from .sql_common import COUNTERS_UPSERT, TIMINGS_UPSERT
 
 @dataclass
 class Tally:
-    """A worker's outcomes of one minute, queue and task, not yet written: the counts, and the
-    run times and queue waits as [count, seconds] per (kind, bucket) (jobqueue.timing)."""
+    """One minute, queue and task's figures not yet written: the run times and queue waits as
+    [count, seconds] per (kind, bucket) (jobqueue.timing), and counts (a worker's are always
+    zero: its outcomes were counted as they were stored; record_worker adds any given)."""
 
     succeeded: int = 0
     failed: int = 0
@@ -106,33 +113,43 @@ def record_worker(
             },
         )
         if tallies:
-            # In key order, as the timing rows are: two workers flushing the same minutes lock
-            # the counter rows they share in the same order, so neither waits on the other's
-            # next row (PostgreSQL reported "deadlock detected" between two such upserts).
-            tallies = dict(sorted(tallies.items(), key=lambda item: item[0]))
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    COUNTERS_UPSERT,
-                    [
-                        (
-                            ts(minute),
-                            queue,
-                            task,
-                            t.succeeded,
-                            t.failed,
-                            t.dead,
-                            ts(t.last_success_at) if t.last_success_at else None,
-                        )
-                        for (minute, queue, task), t in tallies.items()
-                    ],
-                )
-                buckets = timing_rows(tallies)
-                if buckets:
+            count(
+                {
+                    key: (t.succeeded, t.failed, t.dead, t.last_success_at)
+                    for key, t in tallies.items()
+                    if t.succeeded or t.failed or t.dead
+                },
+                using=using,
+            )
+            buckets = timing_rows(tallies)
+            if buckets:
+                with connection.cursor() as cursor:
                     cursor.executemany(
                         TIMINGS_UPSERT,
                         [(span, ts(start), *rest) for span, start, *rest in buckets],
                     )
     return record.command
+
+
+Counts = tuple[int, int, int, datetime | None]  # succeeded, failed, dead, last success
+
+
+def count(counts: dict[tuple[datetime, str, str], Counts], *, using: str) -> None:
+    """Add to the counters of these (minute, queue, task) keys in the caller's transaction,
+    after the job rows it changes and in key order (sql_common.COUNTERS_ADD says why)."""
+    if not counts:
+        return
+    ts = connections[using].ops.adapt_datetimefield_value
+    with connections[using].cursor() as cursor:
+        cursor.executemany(
+            COUNTERS_UPSERT,
+            [
+                (ts(minute), queue, task, succeeded, failed, dead, last and ts(last))
+                for (minute, queue, task), (succeeded, failed, dead, last) in sorted(
+                    counts.items(), key=lambda item: item[0]
+                )
+            ],
+        )
 
 
 def command(

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, connections
+from django.db.models import Sum
 from django.utils import timezone
 
 from jobqueue import store
-from jobqueue.models import DeadLetter, Execution, Job, JobState
+from jobqueue.models import DeadLetter, Execution, Job, JobCounter, JobState
 from tests import tasks
 from tests.conftest import wait_until
 from tests.faults.harness import check_invariants, enqueue_ledger, unfinished
@@ -47,6 +48,39 @@ def test_random_sigkills_under_load_lose_nothing_and_duplicate_no_effect(workers
     )
     assert states[JobState.DONE] == 2000
     assert Job.objects.filter(pk__in=ids, attempts__gt=1).exists(), "kills should force retries"
+
+
+def test_the_counters_equal_the_jobs_stored_after_a_worker_is_killed(workers):
+    """Issue 33's chaos run counted 2,058 plain jobs against 2,130 done after SIGKILLs: a
+    worker's outcomes were counted in its memory and written with its record, so a kill lost
+    those since its last record. Each is counted with the transition that stores it now."""
+    ids = enqueue_ledger(600, "count", work_ms=10)
+    args = ("--concurrency", "2", "--lease", LEASE, "--poll", "0.05")
+    victim, survivor = workers.start(*args), workers.start(*args)
+    wait_until(
+        lambda: (
+            Job.objects.filter(pk__in=ids, state=JobState.DONE).count() > 100
+            and "event=succeeded" in Path(victim.log_path).read_text()
+        ),
+        timeout=120,
+        message="both workers done some",
+    )
+    victim.kill()
+    victim.wait()
+    assert unfinished(ids) > 0, "the kill should land while jobs are still running"
+    wait_until(lambda: unfinished(ids) == 0, timeout=240, interval=0.2, message="ledger drained")
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(timeout=60) == 0
+    check_invariants(ids, sink_lines=workers.sink_lines())
+    jobs = Job.objects.filter(pk__in=ids)
+    counted = JobCounter.objects.filter(task_path="tests.tasks.fault_effect").aggregate(
+        succeeded=Sum("succeeded"), failed=Sum("failed"), dead=Sum("dead")
+    )
+    assert counted == {
+        "succeeded": jobs.filter(state=JobState.DONE).count(),
+        "failed": sum(len(errors) for errors in jobs.values_list("errors", flat=True)),
+        "dead": jobs.filter(state=JobState.DEAD).count(),
+    }
 
 
 def test_sigkill_at_each_fault_point_recovers_within_lease_and_sweep(workers):

@@ -1,11 +1,14 @@
 """Periodic jobs with real `runworker` processes on the real test database: eight workers
 and one schedule give exactly one job per tick, through a worker killed inside a tick's
-transaction and another killed while running; without overlap, a slow run skips ticks."""
+transaction and another killed while running; without overlap, a slow run skips ticks; a worker
+frozen inside a tick's transaction holds the others' ticks back only for a while."""
 
 import signal
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+from django.db import connection
 from django.utils import timezone
 
 from jobqueue import store
@@ -113,3 +116,38 @@ def test_without_overlap_a_slow_run_makes_the_next_ticks_skip(workers, tmp_path)
     for skipped_run in (r for r in runs if r.outcome == ScheduleRun.Outcome.SKIPPED):
         live = [r for r in enqueued(schedule) if r.tick < skipped_run.tick][-1]
         assert skipped_run.note == f"job {live.job_id} was still ready or running"
+
+
+def test_a_worker_frozen_inside_a_tick_stalls_the_other_workers_ticks_only_for_a_while(workers):
+    """Issue 33's chaos run: a worker frozen (SIGSTOP) inside the tick's transaction stopped
+    every worker's ticking until its session was closed. The tick's transaction is bounded
+    (jobqueue.store.schedules.ticking): the server ends the frozen session after LOCK_TIMEOUT
+    idle in it, and the next leader, after the frozen one's lease, ticks on."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one write lock: a writer frozen inside it stalls every other")
+    schedule = every_second("frozen")
+    bounds = {"REDRIVE_LOCK_TIMEOUT": "1"}
+    frozen = workers.start(
+        "--poll", "0.05", "--lease", "2", env={**bounds, "REDRIVE_FAULT": "freeze_in_tick"}
+    )
+    wait_until(
+        lambda: "fault point freeze_in_tick: SIGSTOP" in Path(frozen.log_path).read_text(),
+        timeout=60,
+        message="the leader frozen inside its tick",
+    )
+    assert not ScheduleRun.objects.exists()  # its tick is not committed
+    other = workers.start("--poll", "0.05", "--lease", "2", env=bounds)
+    wait_until(lambda: len(enqueued(schedule)) >= 3, timeout=60, message="ticks go on")
+    assert frozen.poll() is None  # still frozen: it was not its exit that let them go on
+    frozen.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: "event=database_error" in Path(frozen.log_path).read_text(),
+        timeout=30,
+        message="the frozen one finds its session ended",
+    )
+    for proc in (frozen, other):
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=60) for proc in (frozen, other)] == [0, 0]
+    runs = enqueued(schedule)
+    assert len({run.tick for run in runs}) == len(runs)
+    assert Job.objects.filter(task_path="tests.tasks.noop").count() == len(runs)
